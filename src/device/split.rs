@@ -1,0 +1,110 @@
+//! The CPU prep's 0 / 1 / other classification of MSM scalars, and the split MSM it
+//! enables: zeros are skipped, ones are a batch addition of their bases, and only the
+//! others go through Pippenger. Boolean-heavy circuits (SHA-256 in PoRep) are mostly
+//! zeros and ones, so the split removes most of the MSM work.
+
+use ark_ec::VariableBaseMSM;
+use ark_ff::{One, PrimeField, Zero};
+
+use crate::Fr;
+
+
+/// Sorted indices of the scalars equal to one and of the others (neither 0 nor 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScalarClasses {
+    pub len: usize,
+    pub ones: Vec<u32>,
+    pub others: Vec<u32>,
+}
+
+impl ScalarClasses {
+    /// Classifies `scalars`. Indices are u32: a partition has < 2^32 scalars.
+    pub fn classify(scalars: &[Fr]) -> Self {
+        let mut classes = ScalarClasses {
+            len: scalars.len(),
+            ..Default::default()
+        };
+        for (i, s) in scalars.iter().enumerate() {
+            if s.is_one() {
+                classes.ones.push(i as u32);
+            } else if !s.is_zero() {
+                classes.others.push(i as u32);
+            }
+        }
+        classes
+    }
+
+    pub fn zeros(&self) -> usize {
+        self.len - self.ones.len() - self.others.len()
+    }
+
+    /// The ones and others at or after `start`, re-indexed from `start` (the L query
+    /// uses the aux part of the scalars).
+    pub fn suffix(&self, start: usize) -> ScalarClasses {
+        let tail = |v: &[u32]| {
+            let from = v.partition_point(|&i| (i as usize) < start);
+            v[from..].iter().map(|&i| i - start as u32).collect()
+        };
+        ScalarClasses {
+            len: self.len.saturating_sub(start),
+            ones: tail(&self.ones),
+            others: tail(&self.others),
+        }
+    }
+}
+
+/// Σ scalars_i · bases_i computed as batch addition over the ones plus an MSM over the
+/// others. `bases` may be longer than the scalars (extra bases are ignored, as in
+/// arkworks' `msm_bigint`); indices past the bases are ignored likewise.
+pub fn msm_split<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasses) -> G
+where
+    G: VariableBaseMSM<ScalarField = Fr>,
+{
+    let n = bases.len().min(scalars.len());
+    let mut acc = G::zero();
+    for &i in classes.ones.iter().filter(|&&i| (i as usize) < n) {
+        acc += bases[i as usize];
+    }
+    let (b, s): (Vec<G::MulBase>, Vec<_>) = classes
+        .others
+        .iter()
+        .filter(|&&i| (i as usize) < n)
+        .map(|&i| (bases[i as usize], scalars[i as usize].into_bigint()))
+        .unzip();
+    acc + G::msm_bigint(&b, &s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ark_bls12_381::{G1Affine, G1Projective as G1};
+    use ark_std::UniformRand;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn split_equals_plain_msm_on_mixed_scalars() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for n in [0usize, 1, 2, 31, 33, 100] {
+            let bases: Vec<G1Affine> = (0..n).map(|_| G1Affine::rand(&mut rng)).collect();
+            let scalars: Vec<Fr> = (0..n)
+                .map(|_| match rng.gen_range(0..3) {
+                    0 => Fr::zero(),
+                    1 => Fr::one(),
+                    _ => Fr::rand(&mut rng),
+                })
+                .collect();
+            let classes = ScalarClasses::classify(&scalars);
+            assert_eq!(classes.zeros() + classes.ones.len() + classes.others.len(), n);
+            assert_eq!(msm_split::<G1>(&bases, &scalars, &classes), G1::msm(&bases, &scalars).unwrap());
+        }
+    }
+
+    #[test]
+    fn suffix_reindexes() {
+        let s = [Fr::one(), Fr::from(5u64), Fr::zero(), Fr::one(), Fr::from(9u64)];
+        let c = ScalarClasses::classify(&s).suffix(2);
+        assert_eq!(c.len, 3);
+        assert_eq!(c.ones, vec![1]);
+        assert_eq!(c.others, vec![2]);
+    }
+}

@@ -1,0 +1,395 @@
+//! The two-lock prover pipeline: W workers per device over N devices, pulling
+//! partitions from one queue, each running the lock protocol of [`protocol`].
+
+pub mod flaws;
+pub mod locks;
+pub mod prep;
+mod protocol;
+pub mod timeline;
+
+use std::time::Duration;
+
+use ark_std::UniformRand;
+use rand::SeedableRng;
+use thiserror::Error;
+
+use crate::audit::{Audit, LockKind};
+use crate::circuits::{CircuitError, ConstraintMatrices};
+use crate::device::{Device, DeviceError, Shape, WorkerId};
+use crate::reference::ReferenceError;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{thread, Arc, Mutex};
+use crate::{Fr, Proof, ProvingKey};
+pub use flaws::Flaw;
+pub use locks::{LockMode, Locks};
+use timeline::{Phase, Timeline};
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ProveError {
+    #[error("device {device}: {source}")]
+    Device {
+        device: usize,
+        #[source]
+        source: DeviceError,
+    },
+    #[error("timed out after {waited:?} waiting for the {lock:?} lock held by {holder:?} ({holders})")]
+    LockTimeout {
+        lock: LockKind,
+        waited: Duration,
+        holder: Option<WorkerId>,
+        holders: String,
+    },
+    #[error("the witness does not satisfy constraint {constraint}")]
+    Unsatisfied { constraint: usize },
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("{0}")]
+    Reference(String),
+    #[error("no device could load the key: {0}")]
+    NoDevice(String),
+    #[error("worker for partition {partition} stopped before finishing it")]
+    Abandoned { partition: usize },
+}
+
+impl From<DeviceError> for ProveError {
+    fn from(source: DeviceError) -> Self {
+        // The device index is filled in by the worker (see `Worker::tag`).
+        ProveError::Device { device: usize::MAX, source }
+    }
+}
+
+impl From<locks::Timeout> for ProveError {
+    fn from(t: locks::Timeout) -> Self {
+        ProveError::LockTimeout {
+            lock: t.lock,
+            waited: t.waited,
+            holder: t.holder,
+            holders: t.holders,
+        }
+    }
+}
+
+impl From<ReferenceError> for ProveError {
+    fn from(e: ReferenceError) -> Self {
+        match e {
+            ReferenceError::WitnessLength { expected, got } => ProveError::InvalidInput(
+                format!("witness has {got} values, the circuit needs {expected}"),
+            ),
+            other => ProveError::Reference(other.to_string()),
+        }
+    }
+}
+
+impl From<CircuitError> for ProveError {
+    fn from(e: CircuitError) -> Self {
+        ProveError::InvalidInput(e.to_string())
+    }
+}
+
+/// How the pipeline runs.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    pub workers_per_device: usize,
+    pub mode: LockMode,
+    /// Bound on every lock wait; a timeout is an error that names the holders.
+    pub lock_timeout: Duration,
+    /// Test builds only: run a known-bad lock design.
+    #[cfg(any(twolock_loom, feature = "bad-designs"))]
+    pub flaw: Option<Flaw>,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            workers_per_device: 3,
+            mode: LockMode::Two,
+            lock_timeout: Duration::from_secs(600),
+            #[cfg(any(twolock_loom, feature = "bad-designs"))]
+            flaw: None,
+        }
+    }
+}
+
+/// Partitions that share one proving key and constraint system, with their r and s.
+#[derive(Debug)]
+pub struct Batch {
+    pub pk: Arc<ProvingKey>,
+    pub matrices: Arc<ConstraintMatrices>,
+    /// Full assignments [1, inputs…, aux…], one per partition.
+    pub partitions: Vec<Vec<Fr>>,
+    pub rs: Vec<(Fr, Fr)>,
+}
+
+/// Where each partition's blinding r and s come from.
+#[derive(Clone, Debug)]
+pub enum RsSource {
+    /// Drawn from a ChaCha RNG with this seed, in partition order.
+    Seeded(u64),
+    /// Given explicitly, one pair per partition.
+    Fixed(Vec<(Fr, Fr)>),
+}
+
+impl RsSource {
+    pub fn draw(&self, n: usize) -> Result<Vec<(Fr, Fr)>, ProveError> {
+        match self {
+            RsSource::Seeded(seed) => {
+                let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(*seed);
+                Ok((0..n).map(|_| (Fr::rand(&mut rng), Fr::rand(&mut rng))).collect())
+            }
+            RsSource::Fixed(v) if v.len() == n => Ok(v.clone()),
+            RsSource::Fixed(v) => Err(ProveError::InvalidInput(format!(
+                "{} (r, s) pairs for {n} partitions",
+                v.len()
+            ))),
+        }
+    }
+}
+
+impl Batch {
+    pub fn new(
+        pk: Arc<ProvingKey>,
+        matrices: Arc<ConstraintMatrices>,
+        partitions: Vec<Vec<Fr>>,
+        rs: &RsSource,
+    ) -> Result<Self, ProveError> {
+        let rs = rs.draw(partitions.len())?;
+        Ok(Self {
+            pk,
+            matrices,
+            partitions,
+            rs,
+        })
+    }
+}
+
+/// What a batch produced.
+#[derive(Debug)]
+pub struct BatchRun {
+    /// One result per partition, in partition order.
+    pub results: Vec<Result<Proof, ProveError>>,
+    pub fallbacks: usize,
+    pub timeline: Arc<Timeline>,
+    pub wall: Duration,
+    /// Whether both locks of every device were free once the workers were done.
+    pub locks_released: bool,
+}
+
+type Progress = Arc<dyn Fn() + Send + Sync>;
+
+/// State all workers share for one batch.
+struct Shared {
+    batch: Arc<Batch>,
+    cfg: PipelineConfig,
+    next: AtomicUsize,
+    results: Mutex<Vec<Option<Result<Proof, ProveError>>>>,
+    fallbacks: AtomicUsize,
+    timeline: Arc<Timeline>,
+    progress: Option<Progress>,
+}
+
+impl Shared {
+    fn count_fallback(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One device's share: its locks, the key resident on it, the working-set shape.
+struct DeviceCtx<D: Device> {
+    index: usize,
+    device: Arc<D>,
+    locks: Locks,
+    key: D::Key,
+    shape: Shape,
+}
+
+/// A worker thread's context.
+struct Worker<D: Device> {
+    who: WorkerId,
+    stream: D::Stream,
+    dev: Arc<DeviceCtx<D>>,
+    shared: Arc<Shared>,
+}
+
+impl<D: Device> Worker<D> {
+    /// Takes one of this device's locks, recording the wait and (on drop) the hold.
+    fn lock<'a>(
+        &'a self,
+        i: usize,
+        kind: LockKind,
+        outstanding: Option<&'a (dyn Fn() -> u64 + 'a)>,
+    ) -> Result<locks::Held<'a>, ProveError> {
+        let t = &self.shared.timeline;
+        let lock = match kind {
+            LockKind::Mem => &self.dev.locks.mem,
+            LockKind::Compute => &self.dev.locks.compute,
+        };
+        let start = t.now_us();
+        let held = lock.acquire(self.who, outstanding);
+        let (wait, hold) = match kind {
+            LockKind::Mem => (Phase::MemWait, Phase::MemHold),
+            LockKind::Compute => (Phase::ComputeWait, Phase::ComputeHold),
+        };
+        t.record(i, self.who, wait, start);
+        Ok(held?.with_span(t.clone(), i, hold))
+    }
+
+    fn run(self) {
+        let n = self.shared.batch.partitions.len();
+        loop {
+            // Each index is handed out exactly once.
+            let i = self.shared.next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            let result = protocol::prove_partition(&self, i).map_err(|e| self.tag(e));
+            if let Err(e) = &result {
+                tracing::warn!(partition = i, worker = %self.who, "partition failed: {e}");
+            }
+            self.shared.results.lock()[i] = Some(result);
+            if let Some(p) = &self.shared.progress {
+                p();
+            }
+        }
+    }
+
+    fn tag(&self, e: ProveError) -> ProveError {
+        match e {
+            ProveError::Device { source, .. } => ProveError::Device {
+                device: self.dev.index,
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+/// The pipeline over a set of devices.
+pub struct Pipeline<D: Device> {
+    devices: Vec<Arc<D>>,
+    cfg: PipelineConfig,
+    audit: Option<Arc<Audit>>,
+    progress: Option<Progress>,
+}
+
+impl<D: Device> Pipeline<D> {
+    pub fn new(devices: Vec<D>, cfg: PipelineConfig) -> Self {
+        Self {
+            devices: devices.into_iter().map(Arc::new).collect(),
+            cfg,
+            audit: None,
+            progress: None,
+        }
+    }
+
+    /// Reports lock holds to `audit` (share it with the devices).
+    pub fn with_audit(mut self, audit: Arc<Audit>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Calls `f` once per finished partition (progress bars).
+    pub fn with_progress(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    pub fn devices(&self) -> &[Arc<D>] {
+        &self.devices
+    }
+
+    /// Proves every partition of `batch`; every result is a proof or a typed error.
+    pub fn prove_batch(&self, batch: Arc<Batch>) -> BatchRun {
+        self.prove_batch_with(batch, Arc::new(Timeline::new()))
+    }
+
+    /// As [`Self::prove_batch`], recording into `timeline` (a disabled one records nothing).
+    pub fn prove_batch_with(&self, batch: Arc<Batch>, timeline: Arc<Timeline>) -> BatchRun {
+        let start = std::time::Instant::now();
+        let n = batch.partitions.len();
+        let shared = Arc::new(Shared {
+            batch: batch.clone(),
+            cfg: self.cfg.clone(),
+            next: AtomicUsize::new(0),
+            results: Mutex::new((0..n).map(|_| None).collect()),
+            fallbacks: AtomicUsize::new(0),
+            timeline: timeline.clone(),
+            progress: self.progress.clone(),
+        });
+        let mut handles = Vec::new();
+        let mut contexts = Vec::new();
+        let mut load_errors = Vec::new();
+        for (index, device) in self.devices.iter().enumerate() {
+            match self.start_device(index, device, &shared) {
+                Ok((ctx, mut h)) => {
+                    contexts.push(ctx);
+                    handles.append(&mut h);
+                }
+                Err(e) => load_errors.push(format!("device {index}: {e}")),
+            }
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+        let locks_released = contexts.iter().all(|c| c.locks.both_free());
+        drop(contexts);
+        for device in &self.devices {
+            let _ = device.release_arena();
+        }
+        let results = shared
+            .results
+            .lock()
+            .iter_mut()
+            .enumerate()
+            .map(|(partition, r)| {
+                r.take().unwrap_or_else(|| {
+                    Err(if load_errors.len() == self.devices.len() {
+                        ProveError::NoDevice(load_errors.join("; "))
+                    } else {
+                        ProveError::Abandoned { partition }
+                    })
+                })
+            })
+            .collect();
+        BatchRun {
+            results,
+            fallbacks: shared.fallbacks.load(Ordering::Relaxed),
+            timeline,
+            wall: start.elapsed(),
+            locks_released,
+        }
+    }
+
+    fn start_device(
+        &self,
+        index: usize,
+        device: &Arc<D>,
+        shared: &Arc<Shared>,
+    ) -> Result<(Arc<DeviceCtx<D>>, Vec<thread::JoinHandle<()>>), ProveError> {
+        let shape = prep::shape(&shared.batch.matrices)?;
+        let key = device.load_key(&shared.batch.pk)?;
+        let slot = device.working_set_bytes(&shape, crate::device::Footprint::Full);
+        device.reserve_arena(slot, self.cfg.workers_per_device)?;
+        let dev = Arc::new(DeviceCtx {
+            index,
+            device: device.clone(),
+            locks: Locks::new(self.audit.clone(), self.cfg.lock_timeout),
+            key,
+            shape,
+        });
+        let mut handles = Vec::new();
+        for worker in 0..self.cfg.workers_per_device.max(1) {
+            let who = WorkerId {
+                device: index,
+                worker,
+            };
+            let w = Worker {
+                who,
+                stream: device.create_stream(who)?,
+                dev: dev.clone(),
+                shared: shared.clone(),
+            };
+            handles.push(thread::spawn(move || w.run()));
+        }
+        Ok((dev, handles))
+    }
+}

@@ -1,0 +1,217 @@
+//! The timeline: every phase of every partition with its start and end, written as
+//! Chrome trace-event JSON (Perfetto, chrome://tracing) and summarized.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::device::WorkerId;
+use crate::sync::Mutex;
+
+/// A phase of one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Prep,
+    MemWait,
+    MemHold,
+    ComputeWait,
+    ComputeHold,
+    Fallback,
+    Upload,
+    WitnessMap,
+    MsmH,
+    MsmL,
+    MsmA,
+    MsmBG1,
+    Sync,
+    Free,
+    BG2,
+    Assemble,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Prep => "prep",
+            Phase::MemWait => "mem wait",
+            Phase::MemHold => "mem hold",
+            Phase::ComputeWait => "compute wait",
+            Phase::ComputeHold => "compute hold",
+            Phase::Fallback => "fallback",
+            Phase::Upload => "upload",
+            Phase::WitnessMap => "witness map",
+            Phase::MsmH => "msm H",
+            Phase::MsmL => "msm L",
+            Phase::MsmA => "msm A",
+            Phase::MsmBG1 => "msm B_G1",
+            Phase::Sync => "sync",
+            Phase::Free => "free",
+            Phase::BG2 => "B_G2 (cpu)",
+            Phase::Assemble => "assemble",
+        }
+    }
+}
+
+/// One recorded interval.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Span {
+    pub partition: usize,
+    pub worker: WorkerId,
+    pub phase: Phase,
+    pub start_us: u64,
+    pub end_us: u64,
+}
+
+/// A shared recorder. Disabled timelines record nothing (the loom models use one, so
+/// instrumentation adds no interleavings).
+#[derive(Debug)]
+pub struct Timeline {
+    origin: Instant,
+    spans: Option<Mutex<Vec<Span>>>,
+}
+
+impl Timeline {
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            spans: Some(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub fn disabled() -> Self {
+        Self {
+            origin: Instant::now(),
+            spans: None,
+        }
+    }
+
+    pub fn now_us(&self) -> u64 {
+        self.origin.elapsed().as_micros() as u64
+    }
+
+    pub fn record(&self, partition: usize, worker: WorkerId, phase: Phase, start_us: u64) {
+        if let Some(spans) = &self.spans {
+            let end_us = self.now_us();
+            spans.lock().push(Span {
+                partition,
+                worker,
+                phase,
+                start_us,
+                end_us,
+            });
+        }
+    }
+
+    pub fn spans(&self) -> Vec<Span> {
+        self.spans.as_ref().map(|s| s.lock().clone()).unwrap_or_default()
+    }
+
+    /// Chrome trace-event JSON: one process per device, one thread lane per worker.
+    pub fn chrome_trace(&self) -> serde_json::Value {
+        let events: Vec<_> = self
+            .spans()
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.phase.name(),
+                    "cat": if matches!(s.phase, Phase::MemHold | Phase::ComputeHold) { "lock" } else { "phase" },
+                    "ph": "X",
+                    "ts": s.start_us,
+                    "dur": s.end_us.saturating_sub(s.start_us),
+                    "pid": s.worker.device,
+                    "tid": s.worker.worker,
+                    "args": { "partition": s.partition },
+                })
+            })
+            .collect();
+        serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" })
+    }
+
+    pub fn summary(&self, partitions: usize) -> Summary {
+        Summary::of(&self.spans(), partitions)
+    }
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the timeline says about a batch.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Summary {
+    pub wall_ms: f64,
+    pub per_partition_ms: f64,
+    /// Fraction of the wall time some worker held compute (per device, averaged).
+    pub compute_busy: f64,
+    /// Fraction of mem-hold time that overlapped another worker's compute hold.
+    pub mem_overlap: f64,
+    pub fallbacks: usize,
+    /// Sum of CPU prep and B_G2 per partition, averaged (the CPU critical path).
+    pub cpu_ms_per_partition: f64,
+}
+
+impl Summary {
+    pub fn of(spans: &[Span], partitions: usize) -> Self {
+        if spans.is_empty() {
+            return Self::default();
+        }
+        let start = spans.iter().map(|s| s.start_us).min().unwrap_or(0);
+        let end = spans.iter().map(|s| s.end_us).max().unwrap_or(0);
+        let wall = end.saturating_sub(start).max(1) as f64;
+        let of = |p: Phase| spans.iter().filter(move |s| s.phase == p);
+        let devices = spans.iter().map(|s| s.worker.device).max().unwrap_or(0) + 1;
+        let compute: u64 = of(Phase::ComputeHold).map(|s| s.end_us - s.start_us).sum();
+        let mem: Vec<_> = of(Phase::MemHold).collect();
+        let mem_total: u64 = mem.iter().map(|s| s.end_us - s.start_us).sum();
+        let overlapped: u64 = mem
+            .iter()
+            .map(|m| {
+                of(Phase::ComputeHold)
+                    .filter(|c| c.worker != m.worker && c.worker.device == m.worker.device)
+                    .map(|c| m.end_us.min(c.end_us).saturating_sub(m.start_us.max(c.start_us)))
+                    .sum::<u64>()
+                    .min(m.end_us - m.start_us)
+            })
+            .sum();
+        let cpu: u64 = spans
+            .iter()
+            .filter(|s| matches!(s.phase, Phase::Prep | Phase::BG2))
+            .map(|s| s.end_us - s.start_us)
+            .sum();
+        let n = partitions.max(1) as f64;
+        Self {
+            wall_ms: wall / 1e3,
+            per_partition_ms: wall / 1e3 / n,
+            compute_busy: compute as f64 / wall / devices as f64,
+            mem_overlap: if mem_total == 0 {
+                0.0
+            } else {
+                overlapped as f64 / mem_total as f64
+            },
+            fallbacks: of(Phase::Fallback).count(),
+            cpu_ms_per_partition: cpu as f64 / 1e3 / n,
+        }
+    }
+}
+
+/// Times `f` as `phase` of `partition`.
+pub fn timed<T>(
+    t: &Timeline,
+    partition: usize,
+    worker: WorkerId,
+    phase: Phase,
+    f: impl FnOnce() -> T,
+) -> T {
+    let start = t.now_us();
+    let out = f();
+    t.record(partition, worker, phase, start);
+    out
+}
+
+/// Wall time as a Duration, for reports.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
