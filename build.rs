@@ -40,7 +40,8 @@ fn main() {
     }
 
     let nvcc = find_nvcc().unwrap_or_else(|| panic!("{HOW_TO_GET_NVCC}"));
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let src_dir = manifest.join("cuda");
     let verbose = env::var("TWOLOCK_PTXAS_VERBOSE").is_ok_and(|v| v == "1");
@@ -63,7 +64,10 @@ fn main() {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| panic!("nvcc worker thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| panic!("nvcc worker thread panicked"))
+            })
             .collect()
     });
 
@@ -99,7 +103,13 @@ fn find_nvcc() -> Option<PathBuf> {
 }
 
 /// Compiles one `.cu` file to `OUT_DIR/<stem>.fatbin`; returns (stem, fatbin path).
-fn compile(nvcc: &Path, include: &Path, src: &Path, out: &Path, verbose: bool) -> (String, PathBuf) {
+fn compile(
+    nvcc: &Path,
+    include: &Path,
+    src: &Path,
+    out: &Path,
+    verbose: bool,
+) -> (String, PathBuf) {
     let module = src
         .file_stem()
         .and_then(|s| s.to_str())

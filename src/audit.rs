@@ -85,7 +85,8 @@ impl Audit {
         let mut s = self.state.lock();
         let holds_mem = s.mem.iter().any(|&(_, w)| w == caller);
         if holds_mem && !busy.is_empty() {
-            s.violations.push(Violation::GlobalCallUnderMem { caller, what, busy });
+            s.violations
+                .push(Violation::GlobalCallUnderMem { caller, what, busy });
         }
     }
 
@@ -112,6 +113,10 @@ impl Audit {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        format!("mem held by [{}], compute held by [{}]", list(&s.mem), list(&s.compute))
+        format!(
+            "mem held by [{}], compute held by [{}]",
+            list(&s.mem),
+            list(&s.compute)
+        )
     }
 }

@@ -262,8 +262,8 @@ const WALK_STEPS: usize = 16;
 /// A synthetic key: pseudo-random subgroup points with the lengths of `spec`, deterministic
 /// in `seed`. Proofs under it do not verify.
 ///
-/// Each query is a random walk `P_i = P_{i-1} + D_j` over [`WALK_STEPS`] random steps `D_j`,
-/// restarted at a random multiple of the generator every [`WALK_CHUNK`] points; chunks run
+/// Each query is a random walk `P_i = P_{i-1} + D_j` over 16 random steps `D_j`,
+/// restarted at a random multiple of the generator every 2^14 points; chunks run
 /// in parallel, each normalized with one batch inversion. Sums of subgroup points stay in the
 /// subgroup. Memory: the key itself plus one chunk per thread.
 pub fn synthetic_key(spec: &CircuitSpec, seed: u64) -> Result<KeyMaterial, KeyError> {

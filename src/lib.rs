@@ -9,12 +9,15 @@
 //! - [`stress`] and [`bench`]: what the CLI's `stress` and `bench` commands run.
 
 pub mod audit;
+pub mod bench;
 pub mod circuits;
 pub mod device;
 pub mod error;
+pub mod golden;
 pub mod keys;
 pub mod prover;
 pub mod reference;
+pub mod stress;
 pub mod sync;
 pub mod workload;
 

@@ -48,8 +48,14 @@ fn run(w: &Workload, cfg: SimConfig, faults: FaultPlan, pc: PipelineConfig) -> R
 fn assert_all_correct(w: &Workload, r: &Run) {
     let batch = w.batch(&RsSource::Seeded(9)).unwrap();
     for (i, res) in r.run.results.iter().enumerate() {
-        let proof = res.as_ref().unwrap_or_else(|e| panic!("partition {i}: {e}"));
-        assert_eq!(w.check(&batch, i, proof).unwrap(), Check::Verified, "partition {i}");
+        let proof = res
+            .as_ref()
+            .unwrap_or_else(|e| panic!("partition {i}: {e}"));
+        assert_eq!(
+            w.check(&batch, i, proof).unwrap(),
+            Check::Verified,
+            "partition {i}"
+        );
     }
 }
 
@@ -62,7 +68,8 @@ fn assert_clean(r: &Run) {
 #[rstest]
 fn proofs_equal_reference(
     #[values(LockMode::Single, LockMode::Two)] mode: LockMode,
-    #[values(AllocStrategy::Sync, AllocStrategy::Pool, AllocStrategy::Arena)] strategy: AllocStrategy,
+    #[values(AllocStrategy::Sync, AllocStrategy::Pool, AllocStrategy::Arena)]
+    strategy: AllocStrategy,
 ) {
     let w = workload(Family::Boolean, 6, 6);
     let pc = PipelineConfig {
@@ -79,12 +86,17 @@ fn proofs_equal_reference(
 fn every_family_proves_on_two_devices() {
     for family in Family::ALL {
         let w = workload(family, 5, 5);
-        let devices: Vec<_> = (0..2).map(|_| SimDevice::new(SimConfig::default())).collect();
+        let devices: Vec<_> = (0..2)
+            .map(|_| SimDevice::new(SimConfig::default()))
+            .collect();
         let run = Pipeline::new(devices, PipelineConfig::default())
             .prove_batch(w.batch(&RsSource::Seeded(9)).unwrap());
         let batch = w.batch(&RsSource::Seeded(9)).unwrap();
         for (i, p) in run.results.iter().enumerate() {
-            assert_eq!(w.check(&batch, i, p.as_ref().unwrap()).unwrap(), Check::Verified);
+            assert_eq!(
+                w.check(&batch, i, p.as_ref().unwrap()).unwrap(),
+                Check::Verified
+            );
         }
     }
 }
@@ -97,17 +109,31 @@ fn every_family_proves_on_two_devices() {
 fn squeeze_falls_back_only_below_two_sets(#[case] sets: f64, #[case] expect_fallback: bool) {
     let w = workload(Family::Sparse, 6, 10);
     for strategy in [AllocStrategy::Sync, AllocStrategy::Pool] {
-        let r = run(&w, capacity(&w, sets, strategy), FaultPlan::none(), Default::default());
+        let r = run(
+            &w,
+            capacity(&w, sets, strategy),
+            FaultPlan::none(),
+            Default::default(),
+        );
         assert_all_correct(&w, &r);
         assert_clean(&r);
-        assert_eq!(r.run.fallbacks > 0, expect_fallback, "{strategy} at {sets} sets");
+        assert_eq!(
+            r.run.fallbacks > 0,
+            expect_fallback,
+            "{strategy} at {sets} sets"
+        );
     }
 }
 
 #[test]
 fn too_small_for_even_the_chunked_fallback_is_a_typed_error() {
     let w = workload(Family::Mimc, 6, 3);
-    let r = run(&w, capacity(&w, 0.1, AllocStrategy::Sync), FaultPlan::none(), Default::default());
+    let r = run(
+        &w,
+        capacity(&w, 0.1, AllocStrategy::Sync),
+        FaultPlan::none(),
+        Default::default(),
+    );
     for res in &r.run.results {
         match res {
             Err(ProveError::Device { source, .. }) => assert!(source.is_oom(), "{source}"),
@@ -127,11 +153,17 @@ fn a_fault_at_each_site_is_contained(
         Fault::Kernel { stage: Some(Stage::MsmL), nth: 0 },
     )]
     fault: Fault,
-    #[values(AllocStrategy::Sync, AllocStrategy::Pool, AllocStrategy::Arena)] strategy: AllocStrategy,
+    #[values(AllocStrategy::Sync, AllocStrategy::Pool, AllocStrategy::Arena)]
+    strategy: AllocStrategy,
 ) {
     let w = workload(Family::Boolean, 5, 6);
     // 1.5 sets so the fallback site is reached too.
-    let r = run(&w, capacity(&w, 1.5, strategy), FaultPlan::new(vec![fault]), Default::default());
+    let r = run(
+        &w,
+        capacity(&w, 1.5, strategy),
+        FaultPlan::new(vec![fault]),
+        Default::default(),
+    );
     let batch = w.batch(&RsSource::Seeded(9)).unwrap();
     let mut errors = 0;
     for (i, res) in r.run.results.iter().enumerate() {
@@ -152,10 +184,21 @@ fn an_unsatisfied_witness_is_a_typed_error() {
     let last = batch.partitions[1].len() - 1;
     batch.partitions[1][last] += twolock::Fr::from(1u64);
     batch.partitions[0].pop();
-    let run = Pipeline::new(vec![SimDevice::new(SimConfig::default())], Default::default())
-        .prove_batch(Arc::new(batch));
-    assert!(matches!(run.results[0], Err(ProveError::InvalidInput(_))), "{:?}", run.results[0]);
-    assert!(matches!(run.results[1], Err(ProveError::Unsatisfied { .. })), "{:?}", run.results[1]);
+    let run = Pipeline::new(
+        vec![SimDevice::new(SimConfig::default())],
+        Default::default(),
+    )
+    .prove_batch(Arc::new(batch));
+    assert!(
+        matches!(run.results[0], Err(ProveError::InvalidInput(_))),
+        "{:?}",
+        run.results[0]
+    );
+    assert!(
+        matches!(run.results[1], Err(ProveError::Unsatisfied { .. })),
+        "{:?}",
+        run.results[1]
+    );
 }
 
 /// Each known-bad design must be flagged: by the audit, by a lock timeout, or by a
@@ -176,7 +219,10 @@ fn every_bad_design_is_flagged(
     let (sets, faults, strategy) = match flaw {
         Flaw::LeakLockOnError => (
             3.0,
-            FaultPlan::new(vec![Fault::Kernel { stage: Some(Stage::MsmA), nth: 1 }]),
+            FaultPlan::new(vec![Fault::Kernel {
+                stage: Some(Stage::MsmA),
+                nth: 1,
+            }]),
             AllocStrategy::Pool,
         ),
         Flaw::OppositeLockOrder => (1.0, FaultPlan::none(), AllocStrategy::Sync),
@@ -199,10 +245,12 @@ fn every_bad_design_is_flagged(
         .iter()
         .any(|x| matches!(x, Err(ProveError::LockTimeout { .. })));
     let flagged = match flaw {
-        Flaw::GlobalSyncUnderMem => v.iter().any(|x| matches!(x, Violation::GlobalCallUnderMem { .. })),
-        Flaw::AsyncFreeBeforeRelease | Flaw::FreeAfterRelease => {
-            v.iter().any(|x| matches!(x, Violation::NotFreeAtRelease { .. }))
-        }
+        Flaw::GlobalSyncUnderMem => v
+            .iter()
+            .any(|x| matches!(x, Violation::GlobalCallUnderMem { .. })),
+        Flaw::AsyncFreeBeforeRelease | Flaw::FreeAfterRelease => v
+            .iter()
+            .any(|x| matches!(x, Violation::NotFreeAtRelease { .. })),
         Flaw::IgnoreFreeMemory => v.iter().any(|x| matches!(x, Violation::OverCommit { .. })),
         Flaw::LeakLockOnError => timed_out && !r.run.locks_released,
         // A deadlock needs an unlucky interleaving; loom finds it for sure (loom-models/).

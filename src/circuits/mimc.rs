@@ -122,7 +122,7 @@ pub(super) fn synthesize(
     // Chain state: (variable, value) of each chain's current link.
     let mut chain: Vec<(Variable, Option<Fr>)> = Vec::with_capacity(n);
     for _ in 0..n {
-        let v = rng.as_mut().map(|rng| Fr::rand(rng));
+        let v = rng.as_mut().map(Fr::rand);
         chain.push((cs.new_input_variable(value(v))?, v));
     }
     let mut last = chain[n - 1].0;

@@ -18,7 +18,7 @@ mod mimc;
 mod sparse;
 
 use crate::Fr;
-use ark_ff::{AdditiveGroup, BigInteger, Field, PrimeField};
+use ark_ff::{BigInteger, Field, PrimeField};
 use ark_relations::gr1cs::{
     ConstraintSynthesizer, ConstraintSystemRef, LinearCombination, Matrix, SynthesisError, Variable,
 };

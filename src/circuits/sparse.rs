@@ -116,7 +116,7 @@ pub(super) fn synthesize(
     let mut rng = witness_seed.map(witness_rng);
     let mut z: Vec<Option<Fr>> = vec![Some(Fr::ONE)];
     for j in 0..spec.num_inputs {
-        let v = rng.as_mut().map(|rng| Fr::rand(rng));
+        let v = rng.as_mut().map(Fr::rand);
         expect_index(cs.new_input_variable(value(v))?, map, 1 + j)?;
         z.push(v);
     }

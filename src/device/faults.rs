@@ -159,7 +159,9 @@ mod tests {
                 alloc_per_mille: 300,
                 kernel_per_mille: 300,
             }]);
-            (0..50).map(|_| plan.on_launch(Stage::MsmH)).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| plan.on_launch(Stage::MsmH))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(), run());
         assert!(run().iter().any(|&f| f));

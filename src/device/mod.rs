@@ -166,7 +166,9 @@ pub enum DeviceError {
     InvalidInput(String),
     #[error("no such device: {0}")]
     NoDevice(String),
-    #[error("working set too large for this device: needs {needed} bytes, device has {total} in all")]
+    #[error(
+        "working set too large for this device: needs {needed} bytes, device has {total} in all"
+    )]
     TooLarge { needed: u64, total: u64 },
 }
 
@@ -224,8 +226,11 @@ pub trait Device: Send + Sync + 'static {
         inputs: &PartitionInputs,
     ) -> Result<(), DeviceError>;
     /// h from a, b, c (the seven transforms and the pointwise steps), in place.
-    fn witness_map(&self, stream: &Self::Stream, ws: &mut Self::WorkingSet)
-        -> Result<(), DeviceError>;
+    fn witness_map(
+        &self,
+        stream: &Self::Stream,
+        ws: &mut Self::WorkingSet,
+    ) -> Result<(), DeviceError>;
     /// One G1 MSM job (batch addition for ones, Pippenger for the rest).
     fn msm(
         &self,
@@ -237,8 +242,11 @@ pub trait Device: Send + Sync + 'static {
     /// Waits for this stream's own work only.
     fn sync_stream(&self, stream: &Self::Stream) -> Result<(), DeviceError>;
     /// Downloads the MSM results (after `sync_stream`).
-    fn results(&self, stream: &Self::Stream, ws: &Self::WorkingSet)
-        -> Result<G1Results, DeviceError>;
+    fn results(
+        &self,
+        stream: &Self::Stream,
+        ws: &Self::WorkingSet,
+    ) -> Result<G1Results, DeviceError>;
     /// Device-global: waits for every stream's work (`cudaDeviceSynchronize`).
     /// `caller` attributes the call for the audit.
     fn sync_device(&self, caller: &Self::Stream) -> Result<(), DeviceError>;

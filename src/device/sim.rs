@@ -25,8 +25,6 @@ type G1 = ark_bls12_381::G1Projective;
 /// Bytes per field element and per affine G1 point on the modelled device.
 const FR_BYTES: u64 = 32;
 const G1_AFFINE_BYTES: u64 = 96;
-/// Scalars per chunk in the chunked footprint.
-const CHUNK: u64 = 1 << 10;
 
 /// Simulated durations of the GPU stages of one partition (zero: as fast as the CPU).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -315,7 +313,9 @@ impl Device for SimDevice {
         match footprint {
             // a, b, c (h in place of a), the scalars, and Pippenger scratch per scalar.
             Footprint::Full => (3 * n + 2 * s.max(n)) * FR_BYTES,
-            Footprint::Chunked => (3 * n + 2 * CHUNK.min(s.max(n))) * FR_BYTES,
+            // Two transform buffers (the witness map can run a·b first, then c) and MSM
+            // scalars plus scratch for one chunk of an eighth of the scalars.
+            Footprint::Chunked => (2 * n + 2 * (s.max(n) / 8).max(1)) * FR_BYTES,
         }
     }
 
@@ -323,7 +323,12 @@ impl Device for SimDevice {
         if self.inner.cfg.strategy != AllocStrategy::Arena {
             return Ok(0);
         }
-        Ok(self.inner.state.lock().vram.reserve_arena(slot_bytes, slots))
+        Ok(self
+            .inner
+            .state
+            .lock()
+            .vram
+            .reserve_arena(slot_bytes, slots))
     }
 
     fn release_arena(&self) -> Result<(), DeviceError> {
@@ -439,7 +444,10 @@ impl Device for SimDevice {
         let skip_first = |q: &[ark_bls12_381::G1Affine]| q.get(1..).unwrap_or(&[]).to_vec();
         let result = match job {
             Stage::MsmH => {
-                let big: Vec<_> = d.h.iter().map(|x| ark_ff::PrimeField::into_bigint(*x)).collect();
+                let big: Vec<_> =
+                    d.h.iter()
+                        .map(|x| ark_ff::PrimeField::into_bigint(*x))
+                        .collect();
                 <G1 as ark_ec::VariableBaseMSM>::msm_bigint(&pk.h_query, &big)
             }
             Stage::MsmL => {
@@ -512,7 +520,11 @@ impl Device for SimDevice {
     }
 
     #[cfg(any(twolock_loom, feature = "bad-designs"))]
-    fn flawed_free_unsynced(&self, stream: &SimStream, ws: SimWorkingSet) -> Result<(), DeviceError> {
+    fn flawed_free_unsynced(
+        &self,
+        stream: &SimStream,
+        ws: SimWorkingSet,
+    ) -> Result<(), DeviceError> {
         self.inner.state.lock().vram.free_ws(stream.id, ws.bytes);
         Ok(())
     }

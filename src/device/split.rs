@@ -8,7 +8,6 @@ use ark_ff::{One, PrimeField, Zero};
 
 use crate::Fr;
 
-
 /// Sorted indices of the scalars equal to one and of the others (neither 0 nor 1).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScalarClasses {
@@ -94,14 +93,26 @@ mod tests {
                 })
                 .collect();
             let classes = ScalarClasses::classify(&scalars);
-            assert_eq!(classes.zeros() + classes.ones.len() + classes.others.len(), n);
-            assert_eq!(msm_split::<G1>(&bases, &scalars, &classes), G1::msm(&bases, &scalars).unwrap());
+            assert_eq!(
+                classes.zeros() + classes.ones.len() + classes.others.len(),
+                n
+            );
+            assert_eq!(
+                msm_split::<G1>(&bases, &scalars, &classes),
+                G1::msm(&bases, &scalars).unwrap()
+            );
         }
     }
 
     #[test]
     fn suffix_reindexes() {
-        let s = [Fr::one(), Fr::from(5u64), Fr::zero(), Fr::one(), Fr::from(9u64)];
+        let s = [
+            Fr::one(),
+            Fr::from(5u64),
+            Fr::zero(),
+            Fr::one(),
+            Fr::from(9u64),
+        ];
         let c = ScalarClasses::classify(&s).suffix(2);
         assert_eq!(c.len, 3);
         assert_eq!(c.ones, vec![1]);

@@ -48,8 +48,7 @@ impl Vram {
 
     /// Bytes not held by anything: what a `cudaMalloc` outside the pool could get.
     pub fn free(&self) -> u64 {
-        self.capacity
-            .saturating_sub(self.in_use())
+        self.capacity.saturating_sub(self.in_use())
     }
 
     /// Everything the device has handed out, pooled and pending bytes included.
@@ -194,7 +193,8 @@ impl Vram {
 
     /// A stream's live working-set bytes plus its uncompleted frees.
     pub fn outstanding(&self, stream: usize) -> u64 {
-        self.owned.get(stream).copied().unwrap_or(0) + self.pending.get(stream).copied().unwrap_or(0)
+        self.owned.get(stream).copied().unwrap_or(0)
+            + self.pending.get(stream).copied().unwrap_or(0)
     }
 
     /// Bytes held by live working sets and uncompleted frees of all streams.
@@ -217,7 +217,10 @@ mod tests {
         let mut v = Vram::new(100, AllocStrategy::Pool, 0);
         v.alloc(0, 60).unwrap();
         v.free_ws(0, 60);
-        assert!(v.alloc(1, 60).is_err(), "a pending free must not be reusable");
+        assert!(
+            v.alloc(1, 60).is_err(),
+            "a pending free must not be reusable"
+        );
         assert_eq!(v.outstanding(0), 60);
         v.stream_synced(0);
         assert_eq!(v.outstanding(0), 0);

@@ -32,7 +32,9 @@ pub enum ProveError {
         #[source]
         source: DeviceError,
     },
-    #[error("timed out after {waited:?} waiting for the {lock:?} lock held by {holder:?} ({holders})")]
+    #[error(
+        "timed out after {waited:?} waiting for the {lock:?} lock held by {holder:?} ({holders})"
+    )]
     LockTimeout {
         lock: LockKind,
         waited: Duration,
@@ -54,7 +56,10 @@ pub enum ProveError {
 impl From<DeviceError> for ProveError {
     fn from(source: DeviceError) -> Self {
         // The device index is filled in by the worker (see `Worker::tag`).
-        ProveError::Device { device: usize::MAX, source }
+        ProveError::Device {
+            device: usize::MAX,
+            source,
+        }
     }
 }
 
@@ -72,9 +77,9 @@ impl From<locks::Timeout> for ProveError {
 impl From<ReferenceError> for ProveError {
     fn from(e: ReferenceError) -> Self {
         match e {
-            ReferenceError::WitnessLength { expected, got } => ProveError::InvalidInput(
-                format!("witness has {got} values, the circuit needs {expected}"),
-            ),
+            ReferenceError::WitnessLength { expected, got } => ProveError::InvalidInput(format!(
+                "witness has {got} values, the circuit needs {expected}"
+            )),
             other => ProveError::Reference(other.to_string()),
         }
     }
@@ -93,6 +98,9 @@ pub struct PipelineConfig {
     pub mode: LockMode,
     /// Bound on every lock wait; a timeout is an error that names the holders.
     pub lock_timeout: Duration,
+    /// Simulation knob for benchmarks on SimDevice: extra CPU time added to each
+    /// partition's prep, to model a production-sized CPU critical path. Zero by default.
+    pub sim_cpu_prep: Duration,
     /// Test builds only: run a known-bad lock design.
     #[cfg(any(twolock_loom, feature = "bad-designs"))]
     pub flaw: Option<Flaw>,
@@ -104,6 +112,7 @@ impl Default for PipelineConfig {
             workers_per_device: 3,
             mode: LockMode::Two,
             lock_timeout: Duration::from_secs(600),
+            sim_cpu_prep: Duration::ZERO,
             #[cfg(any(twolock_loom, feature = "bad-designs"))]
             flaw: None,
         }
@@ -134,7 +143,9 @@ impl RsSource {
         match self {
             RsSource::Seeded(seed) => {
                 let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(*seed);
-                Ok((0..n).map(|_| (Fr::rand(&mut rng), Fr::rand(&mut rng))).collect())
+                Ok((0..n)
+                    .map(|_| (Fr::rand(&mut rng), Fr::rand(&mut rng)))
+                    .collect())
             }
             RsSource::Fixed(v) if v.len() == n => Ok(v.clone()),
             RsSource::Fixed(v) => Err(ProveError::InvalidInput(format!(

@@ -15,6 +15,7 @@ pub(super) fn prove_partition<D: Device>(w: &Worker<D>, i: usize) -> Result<Proo
     let batch = &w.shared.batch;
     let t = &w.shared.timeline;
     let inputs = timed(t, i, w.who, Phase::Prep, || {
+        crate::sync::sleep(w.shared.cfg.sim_cpu_prep);
         prep::prepare(&batch.matrices, &batch.partitions[i])
     })?;
     let g1 = match w.shared.cfg.mode {
@@ -141,9 +142,12 @@ fn fallback_alloc<D: Device>(
     shape: &crate::device::Shape,
 ) -> Result<D::WorkingSet, crate::device::DeviceError> {
     match dev.alloc(stream, shape, Footprint::Full, AllocSite::Fallback) {
-        Err(e) if e.is_oom() => {
-            dev.alloc(stream, shape, Footprint::Chunked, AllocSite::FallbackChunked)
-        }
+        Err(e) if e.is_oom() => dev.alloc(
+            stream,
+            shape,
+            Footprint::Chunked,
+            AllocSite::FallbackChunked,
+        ),
         other => other,
     }
 }
@@ -160,9 +164,13 @@ fn run_and_free<D: Device>(
 ) -> Result<G1Results, ProveError> {
     let (dev, stream, t) = (&*w.dev.device, &w.stream, &w.shared.timeline);
     let ran = uploaded.and_then(|()| {
-        timed(t, i, w.who, Phase::WitnessMap, || dev.witness_map(stream, &mut ws))?;
+        timed(t, i, w.who, Phase::WitnessMap, || {
+            dev.witness_map(stream, &mut ws)
+        })?;
         for job in Stage::MSMS {
-            timed(t, i, w.who, msm_phase(job), || dev.msm(stream, &mut ws, &w.dev.key, job))?;
+            timed(t, i, w.who, msm_phase(job), || {
+                dev.msm(stream, &mut ws, &w.dev.key, job)
+            })?;
         }
         Ok(())
     });

@@ -104,7 +104,10 @@ impl Timeline {
     }
 
     pub fn spans(&self) -> Vec<Span> {
-        self.spans.as_ref().map(|s| s.lock().clone()).unwrap_or_default()
+        self.spans
+            .as_ref()
+            .map(|s| s.lock().clone())
+            .unwrap_or_default()
     }
 
     /// Chrome trace-event JSON: one process per device, one thread lane per worker.
@@ -171,7 +174,11 @@ impl Summary {
             .map(|m| {
                 of(Phase::ComputeHold)
                     .filter(|c| c.worker != m.worker && c.worker.device == m.worker.device)
-                    .map(|c| m.end_us.min(c.end_us).saturating_sub(m.start_us.max(c.start_us)))
+                    .map(|c| {
+                        m.end_us
+                            .min(c.end_us)
+                            .saturating_sub(m.start_us.max(c.start_us))
+                    })
                     .sum::<u64>()
                     .min(m.end_us - m.start_us)
             })

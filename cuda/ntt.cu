@@ -1,0 +1,26 @@
+// Fr NTT kernels (see ntt.cuh) and the witness map's pointwise step.
+#include "ntt.cuh"
+
+extern "C" __global__ void ntt_dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done,
+                                        uint32_t k, uint32_t log_t, const fr_t* __restrict__ small,
+                                        const fr_t* __restrict__ tw_hi,
+                                        const fr_t* __restrict__ tw_lo,
+                                        const fr_t* __restrict__ coset_hi,
+                                        const fr_t* __restrict__ coset_lo) {
+    ntt::dif_pass(data, log_n, done, k, log_t, small, tw_hi, tw_lo, coset_hi, coset_lo);
+}
+
+extern "C" __global__ void ntt_bitrev_scale(fr_t* __restrict__ data, uint32_t log_n,
+                                            uint32_t has_scale, fr_t scale,
+                                            const fr_t* __restrict__ hi,
+                                            const fr_t* __restrict__ lo) {
+    ntt::bitrev_scale(data, log_n, has_scale != 0, scale, hi, lo);
+}
+
+// a[i] = (a[i]·b[i] − c[i]) · z_inv: the QAP quotient on the coset, z_inv = 1/(g^n − 1).
+extern "C" __global__ void qap_divide(fr_t* __restrict__ a, const fr_t* __restrict__ b,
+                                      const fr_t* __restrict__ c, fr_t z_inv, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    a[i] = (a[i] * b[i] - c[i]) * z_inv;
+}

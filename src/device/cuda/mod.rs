@@ -1,0 +1,29 @@
+//! The CUDA GPU (feature `cuda`): cudarc on the host, kernels from `cuda/` compiled by
+//! build.rs into fatbins embedded in the binary.
+//!
+//! - [`context`]: [`Gpu`] (context, module cache, checked launches, allocations) and
+//!   [`CudaError`];
+//! - [`layout`]: arkworks values ↔ the bytes the kernels read and write;
+//! - [`arith`]: elementwise field and curve test kernels, and the Fr-mul rate probe;
+//! - [`ntt`]: the four Fr transforms of `Radix2EvaluationDomain`, and their benchmark;
+//! - [`witness_map`]: h from a, b, c as ark-groth16's `LibsnarkReduction` computes it.
+//!
+//! Without a driver nothing here panics: [`Gpu::new`] returns [`CudaError::NoDriver`].
+
+pub mod arith;
+pub mod context;
+pub mod layout;
+pub mod msm;
+pub mod ntt;
+pub mod witness_map;
+
+pub use context::{AllocKind, CudaError, DeviceBuffer, Gpu};
+pub use layout::{DevFq, DevFr, DevG1Affine, DevG1Xyzz};
+pub use ntt::{bench_ntt, ntt, NttKind, NttTiming};
+pub use witness_map::witness_map;
+
+/// The embedded kernels: one fatbin (sm_90 and sm_80 SASS, compute_90 PTX) per
+/// `cuda/*.cu` file, named by the file's stem.
+pub mod kernels {
+    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}

@@ -1,0 +1,287 @@
+//! Stress scenarios for the pipeline: capacity squeeze, a fault at every allocation
+//! site and launch one at a time, and a seeded random soak. Every proof must equal the
+//! reference or be a typed error; memory must come back; no lock may stay held.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::audit::Audit;
+use crate::device::faults::Fault;
+use crate::device::{AllocSite, Device, FaultPlan, Footprint, Stage};
+use crate::prover::{prep, Pipeline, PipelineConfig, ProveError, RsSource};
+use crate::sync::Arc;
+use crate::workload::{Check, Workload};
+use crate::Error;
+
+/// A device the stress runner can squeeze, fault and inspect for leaks.
+pub trait StressDevice: Device + Sized {
+    /// A fresh device whose free memory after loading the key is `sets` working sets
+    /// (`None`: the whole device), with `faults` injected and reporting to `audit`.
+    fn for_scenario(
+        sets: Option<f64>,
+        faults: FaultPlan,
+        audit: Arc<Audit>,
+        w: &Workload,
+    ) -> Result<Self, Error>;
+    /// Device bytes still held by working sets after a batch (after a trim).
+    fn leaked_bytes(&self) -> u64;
+    /// Faults the device injected.
+    fn faults_injected(&self) -> usize;
+}
+
+/// One scenario to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    /// Free memory in working sets, or None for the whole device.
+    pub sets: Option<f64>,
+    pub faults: Vec<Fault>,
+    pub partitions: usize,
+    /// Whether a fallback is expected (Some) or forbidden (Some(false)); None: either.
+    pub expect_fallback: Option<bool>,
+    /// Whether every partition is expected to fail with Oom (too small for the fallback).
+    pub expect_oom: bool,
+}
+
+/// One row of the report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Outcome {
+    pub scenario: String,
+    pub partitions: usize,
+    pub correct: usize,
+    pub wrong: usize,
+    pub typed_errors: usize,
+    pub fallbacks: usize,
+    pub faults_injected: usize,
+    pub leaked_bytes: u64,
+    pub deadlocks: usize,
+    pub violations: usize,
+    pub expectation_met: bool,
+    pub wall_ms: f64,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.wrong == 0
+            && self.leaked_bytes == 0
+            && self.deadlocks == 0
+            && self.violations == 0
+            && self.expectation_met
+    }
+}
+
+/// The standard scenario list: squeeze at k ∈ {0.5, 1, 1.5, 2, 3} sets (and one far too
+/// small), a fault at every allocation site and stage, and a soak of `soak` partitions.
+pub fn scenarios(partitions: usize, soak: usize, seed: u64) -> Vec<Scenario> {
+    let mut v = Vec::new();
+    for (sets, fallback) in [
+        (3.0, Some(false)),
+        (2.0, Some(false)),
+        (1.5, Some(true)),
+        (1.0, Some(true)),
+        (0.5, Some(true)),
+    ] {
+        v.push(Scenario {
+            name: format!("squeeze {sets} sets"),
+            sets: Some(sets),
+            faults: vec![],
+            partitions,
+            expect_fallback: fallback,
+            expect_oom: false,
+        });
+    }
+    v.push(Scenario {
+        name: "squeeze 0.05 sets".into(),
+        sets: Some(0.05),
+        faults: vec![],
+        partitions: partitions.min(3),
+        expect_fallback: None,
+        expect_oom: true,
+    });
+    for site in [
+        AllocSite::PreStage,
+        AllocSite::Fallback,
+        AllocSite::FallbackChunked,
+    ] {
+        v.push(Scenario {
+            name: format!("alloc fault {site:?}"),
+            sets: Some(1.5),
+            faults: vec![Fault::Alloc {
+                site: Some(site),
+                nth: 1,
+            }],
+            partitions,
+            expect_fallback: None,
+            expect_oom: false,
+        });
+    }
+    for stage in [
+        Stage::Upload,
+        Stage::WitnessMap,
+        Stage::MsmH,
+        Stage::MsmL,
+        Stage::MsmA,
+        Stage::MsmBG1,
+    ] {
+        v.push(Scenario {
+            name: format!("launch fault {}", stage.name()),
+            sets: None,
+            faults: vec![Fault::Kernel {
+                stage: Some(stage),
+                nth: 1,
+            }],
+            partitions,
+            expect_fallback: None,
+            expect_oom: false,
+        });
+    }
+    v.push(Scenario {
+        name: format!("soak seed {seed}"),
+        sets: Some(1.5),
+        faults: vec![Fault::Random {
+            seed,
+            alloc_per_mille: 50,
+            kernel_per_mille: 20,
+        }],
+        partitions: soak,
+        expect_fallback: None,
+        expect_oom: false,
+    });
+    v
+}
+
+/// Runs one scenario on a fresh device of type `D`.
+pub fn run_scenario<D: StressDevice>(
+    w: &Workload,
+    s: &Scenario,
+    workers: usize,
+    lock_timeout: Duration,
+) -> Result<Outcome, Error> {
+    let audit = Arc::new(Audit::new());
+    let device = D::for_scenario(s.sets, FaultPlan::new(s.faults.clone()), audit.clone(), w)?;
+    let pipeline = Pipeline::new(
+        vec![device],
+        PipelineConfig {
+            workers_per_device: workers,
+            lock_timeout,
+            ..Default::default()
+        },
+    )
+    .with_audit(audit.clone());
+    // Partitions beyond the workload's reuse its witnesses (fresh r and s each).
+    let w_all = Workload {
+        spec: w.spec,
+        key: w.key.clone(),
+        matrices: w.matrices.clone(),
+        assignments: (0..s.partitions)
+            .map(|i| w.assignments[i % w.assignments.len()].clone())
+            .collect(),
+    };
+    let batch = w_all.batch(&RsSource::Seeded(s.partitions as u64))?;
+    let run = pipeline.prove_batch(batch.clone());
+    let mut o = Outcome {
+        scenario: s.name.clone(),
+        partitions: s.partitions,
+        correct: 0,
+        wrong: 0,
+        typed_errors: 0,
+        fallbacks: run.fallbacks,
+        faults_injected: pipeline.devices()[0].faults_injected(),
+        leaked_bytes: pipeline.devices()[0].leaked_bytes(),
+        deadlocks: 0,
+        violations: audit.violations().len() + usize::from(!run.locks_released),
+        expectation_met: true,
+        wall_ms: run.wall.as_secs_f64() * 1e3,
+    };
+    let mut all_oom = true;
+    for (i, r) in run.results.iter().enumerate() {
+        match r {
+            Ok(p) => {
+                all_oom = false;
+                match w_all.check(&batch, i, p)? {
+                    Check::Wrong => o.wrong += 1,
+                    _ => o.correct += 1,
+                }
+            }
+            Err(ProveError::LockTimeout { .. }) => o.deadlocks += 1,
+            Err(e) => {
+                all_oom &= matches!(e, ProveError::Device { source, .. } if source.is_oom());
+                o.typed_errors += 1
+            }
+        }
+    }
+    if let Some(f) = s.expect_fallback {
+        o.expectation_met &= (o.fallbacks > 0) == f;
+    }
+    if s.expect_oom {
+        o.expectation_met &= all_oom;
+    } else if s.faults.is_empty() {
+        o.expectation_met &= o.typed_errors == 0;
+    }
+    Ok(o)
+}
+
+/// Bytes of one full working set for `w` on `device`.
+pub fn working_set_bytes<D: Device>(device: &D, w: &Workload) -> Result<u64, Error> {
+    let shape = prep::shape(&w.matrices)?;
+    Ok(device.working_set_bytes(&shape, Footprint::Full))
+}
+
+/// A plain-text table of outcomes.
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut s = format!(
+        "{:<26} {:>5} {:>7} {:>5} {:>6} {:>9} {:>7} {:>9} {:>6} {:>4}\n",
+        "scenario",
+        "parts",
+        "correct",
+        "wrong",
+        "errors",
+        "fallbacks",
+        "leaked",
+        "deadlocks",
+        "audit",
+        "ok"
+    );
+    for o in outcomes {
+        s += &format!(
+            "{:<26} {:>5} {:>7} {:>5} {:>6} {:>9} {:>7} {:>9} {:>6} {:>4}\n",
+            o.scenario,
+            o.partitions,
+            o.correct,
+            o.wrong,
+            o.typed_errors,
+            o.fallbacks,
+            o.leaked_bytes,
+            o.deadlocks,
+            o.violations,
+            if o.passed() { "yes" } else { "NO" }
+        );
+    }
+    s
+}
+
+impl StressDevice for crate::device::sim::SimDevice {
+    fn for_scenario(
+        sets: Option<f64>,
+        faults: FaultPlan,
+        audit: Arc<Audit>,
+        w: &Workload,
+    ) -> Result<Self, Error> {
+        use crate::device::sim::{SimConfig, SimDevice};
+        let mut cfg = SimConfig::default();
+        if let Some(k) = sets {
+            let ws = working_set_bytes(&SimDevice::new(cfg), w)?;
+            cfg.capacity = SimDevice::key_bytes(&w.key.pk) + (ws as f64 * k) as u64;
+        }
+        Ok(SimDevice::build(cfg, faults, Some(audit)))
+    }
+
+    fn leaked_bytes(&self) -> u64 {
+        self.working_bytes()
+    }
+
+    fn faults_injected(&self) -> usize {
+        crate::device::sim::SimDevice::faults_injected(self)
+    }
+}

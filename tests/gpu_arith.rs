@@ -1,0 +1,428 @@
+//! Field and curve kernels against ark-ff / ark-ec, on random and edge values.
+//!
+//! GPU only: without a GPU every test fails (the CPU profile filters `gpu_*` out).
+//! Every launch's output is poisoned first (an unwritten element decodes as `None`),
+//! every call checks the CUDA error state on sync, and every batch runs twice on the
+//! same inputs: a result that moves between runs is a race.
+#![cfg(feature = "cuda")]
+
+use std::sync::{Arc, OnceLock};
+
+use ark_bls12_381::{Fq, G1Affine, G1Projective};
+use ark_ec::{AdditiveGroup, AffineRepr, CurveGroup};
+use ark_ff::{BigInt, BigInteger, Field, PrimeField, UniformRand, Zero};
+use cudarc::driver::CudaStream;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use twolock::device::cuda::arith::{self, FieldOp};
+use twolock::device::cuda::layout::{
+    fq_from_dev, fq_to_dev, fr_from_dev, fr_to_dev, g1_affine_from_dev, g1_affine_to_dev,
+    projective_to_xyzz, xyzz_to_projective,
+};
+use twolock::device::cuda::{DevFq, DevFr, DevG1Affine, DevG1Xyzz, Gpu};
+use twolock::Fr;
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| match Gpu::new(0) {
+        Ok(g) => g,
+        Err(e) => panic!("gpu_* tests need a CUDA GPU: {e}"),
+    })
+}
+
+fn stream() -> Arc<CudaStream> {
+    gpu().new_stream().expect("new stream")
+}
+
+/// Runs `f` twice and requires identical raw outputs.
+fn twice<T: PartialEq + std::fmt::Debug>(what: &str, f: impl Fn() -> T) -> T {
+    let first = f();
+    let second = f();
+    assert_eq!(
+        first, second,
+        "{what}: result moved between two identical runs (race?)"
+    );
+    first
+}
+
+// ---------- fields ----------
+
+/// Fields with known stored-representation extremes.
+trait Edges: PrimeField {
+    /// The elements whose Montgomery limbs are 1 and p − 1.
+    fn raw_extremes() -> Vec<Self>;
+}
+
+macro_rules! raw_extremes {
+    ($f:ty) => {
+        impl Edges for $f {
+            fn raw_extremes() -> Vec<Self> {
+                let mut pm1 = <$f>::MODULUS;
+                pm1.0[0] -= 1; // the low limb of both moduli is odd: no borrow
+                vec![
+                    <$f>::new_unchecked(BigInt::from(1u64)),
+                    <$f>::new_unchecked(pm1),
+                ]
+            }
+        }
+    };
+}
+raw_extremes!(Fr);
+raw_extremes!(Fq);
+
+/// Edge values: 0, 1, 2, −1, −2, (p−1)/2, (p+1)/2, and the raw-limb extremes.
+fn edges<F: Edges>() -> Vec<F> {
+    let mut m = F::MODULUS;
+    m.div2();
+    let half = F::from_bigint(m).expect("(p-1)/2 < p");
+    let mut v = vec![
+        F::zero(),
+        F::one(),
+        F::from(2u64),
+        -F::one(),
+        -F::from(2u64),
+        half,
+        half + F::one(),
+    ];
+    v.extend(F::raw_extremes());
+    v
+}
+
+fn fr_vec(rng: &mut ChaCha20Rng, n: usize) -> Vec<Fr> {
+    (0..n).map(|_| Fr::rand(rng)).collect()
+}
+
+/// Operand pairs: every edge × edge, random × edge, random × random, and a == b.
+fn pairs<F: Edges>(rng: &mut ChaCha20Rng, random: usize) -> (Vec<F>, Vec<F>) {
+    let e = edges::<F>();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for x in &e {
+        for y in &e {
+            a.push(*x);
+            b.push(*y);
+        }
+    }
+    for _ in 0..random {
+        let (x, y) = (F::rand(rng), F::rand(rng));
+        let z = e[rng.gen_range(0..e.len())];
+        a.extend([x, x, z, x]);
+        b.extend([y, x, x, z]);
+    }
+    (a, b)
+}
+
+fn expect_field<F: Field>(op: FieldOp, a: F, b: F) -> F {
+    match op {
+        FieldOp::Add => a + b,
+        FieldOp::Sub => a - b,
+        FieldOp::Neg => -a,
+        FieldOp::Dbl => a.double(),
+        FieldOp::Mul => a * b,
+        FieldOp::Sqr => a.square(),
+        FieldOp::Inverse => a.inverse().unwrap_or(F::zero()),
+        FieldOp::Eq => {
+            if a == b {
+                F::one()
+            } else {
+                F::zero()
+            }
+        }
+        FieldOp::IsZero => {
+            if a.is_zero() {
+                F::one()
+            } else {
+                F::zero()
+            }
+        }
+    }
+}
+
+fn check_fr(seed: u64, random: usize) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let (a, b) = pairs::<Fr>(&mut rng, random);
+    let (da, db): (Vec<DevFr>, Vec<DevFr>) = (
+        a.iter().map(fr_to_dev).collect(),
+        b.iter().map(fr_to_dev).collect(),
+    );
+    let s = stream();
+    for op in FieldOp::ALL {
+        let out = twice(&format!("fr {op:?}"), || {
+            arith::fr_op(gpu(), &s, op, &da, &db).expect("launch")
+        });
+        for i in 0..a.len() {
+            let got = fr_from_dev(&out[i]);
+            let want = expect_field(op, a[i], b[i]);
+            assert_eq!(
+                got,
+                Some(want),
+                "fr {op:?}({}, {}) seed {seed} index {i}",
+                a[i],
+                b[i]
+            );
+        }
+    }
+}
+
+fn check_fq(seed: u64, random: usize) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let (a, b) = pairs::<Fq>(&mut rng, random);
+    let (da, db): (Vec<DevFq>, Vec<DevFq>) = (
+        a.iter().map(fq_to_dev).collect(),
+        b.iter().map(fq_to_dev).collect(),
+    );
+    let s = stream();
+    for op in FieldOp::ALL {
+        let out = twice(&format!("fq {op:?}"), || {
+            arith::fq_op(gpu(), &s, op, &da, &db).expect("launch")
+        });
+        for i in 0..a.len() {
+            let got = fq_from_dev(&out[i]);
+            let want = expect_field(op, a[i], b[i]);
+            assert_eq!(
+                got,
+                Some(want),
+                "fq {op:?}({}, {}) seed {seed} index {i}",
+                a[i],
+                b[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_field_edges_are_what_they_claim() {
+    // A host-only guard of the edge list the GPU checks rely on (named gpu_ so it runs
+    // with them).
+    let e = Fr::raw_extremes();
+    assert_eq!(e[0].0, BigInt::from(1u64));
+    assert_eq!(e[1], -e[0]);
+    let q = Fq::raw_extremes();
+    assert_eq!(q[1], -q[0]);
+}
+
+#[test]
+fn gpu_fr_ops_edges_and_random() {
+    check_fr(0xF0, 256);
+}
+
+#[test]
+fn gpu_fq_ops_edges_and_random() {
+    check_fq(0xF1, 256);
+}
+
+#[test]
+fn gpu_fr_batch_inverse() {
+    let mut rng = ChaCha20Rng::seed_from_u64(0xB1);
+    let mut a = fr_vec(&mut rng, 1000);
+    for i in (0..a.len()).step_by(37) {
+        a[i] = Fr::zero();
+    }
+    a.extend(edges::<Fr>());
+    let da: Vec<DevFr> = a.iter().map(fr_to_dev).collect();
+    let s = stream();
+    for chunk in [1usize, 7, 32, 1000, 5000] {
+        let out = twice("batch inverse", || {
+            arith::fr_batch_inverse(gpu(), &s, &da, chunk).expect("launch")
+        });
+        for (i, x) in a.iter().enumerate() {
+            assert_eq!(
+                fr_from_dev(&out[i]),
+                Some(x.inverse().unwrap_or(Fr::zero())),
+                "chunk {chunk} index {i}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, .. ProptestConfig::default() })]
+    #[test]
+    fn gpu_fr_ops_proptest(seed in any::<u64>()) {
+        check_fr(seed, 64);
+    }
+    #[test]
+    fn gpu_fq_ops_proptest(seed in any::<u64>()) {
+        check_fq(seed, 64);
+    }
+    #[test]
+    fn gpu_g1_ops_proptest(seed in any::<u64>()) {
+        check_g1(seed, 16);
+    }
+}
+
+// ---------- G1 ----------
+
+/// A projective point with a random, non-trivial Z (same point, other representation).
+fn rescale(p: &G1Projective, rng: &mut ChaCha20Rng) -> G1Projective {
+    if p.is_zero() {
+        return *p;
+    }
+    let s = Fq::rand(rng);
+    G1Projective::new_unchecked(p.x * s.square(), p.y * s.square() * s, p.z * s)
+}
+
+/// Point pairs covering every exceptional case: random, P + P (same and different
+/// representation), P + (−P), ∞ on either side, ∞ + ∞, P + 2P, and duplicates.
+fn point_pairs(rng: &mut ChaCha20Rng, random: usize) -> Vec<(G1Projective, G1Projective)> {
+    let g = G1Projective::from(G1Affine::generator());
+    let inf = G1Projective::zero();
+    let mut v = vec![
+        (inf, inf),
+        (g, inf),
+        (inf, g),
+        (g, g),
+        (g, -g),
+        (g, g.double()),
+    ];
+    for _ in 0..random {
+        let p = rescale(&G1Projective::rand(rng), rng);
+        let q = rescale(&G1Projective::rand(rng), rng);
+        let p2 = rescale(&p, rng);
+        v.extend([
+            (p, q),
+            (p, p),
+            (p, p2),
+            (p, -p2),
+            (p, inf),
+            (inf, q),
+            (p, p.double()),
+            (-p, rescale(&p, rng)),
+        ]);
+    }
+    v
+}
+
+fn xyzz_out(label: &str, d: &DevG1Xyzz) -> G1Projective {
+    let p =
+        xyzz_to_projective(d).unwrap_or_else(|| panic!("{label}: unreduced/poisoned output {d:?}"));
+    assert!(p.into_affine().is_on_curve(), "{label}: off-curve result");
+    p
+}
+
+fn check_g1(seed: u64, random: usize) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let pairs = point_pairs(&mut rng, random);
+    let p: Vec<DevG1Xyzz> = pairs.iter().map(|(p, _)| projective_to_xyzz(p)).collect();
+    let q: Vec<DevG1Xyzz> = pairs.iter().map(|(_, q)| projective_to_xyzz(q)).collect();
+    let qa: Vec<DevG1Affine> = pairs
+        .iter()
+        .map(|(_, q)| g1_affine_to_dev(&q.into_affine()))
+        .collect();
+    let pa: Vec<DevG1Affine> = pairs
+        .iter()
+        .map(|(p, _)| g1_affine_to_dev(&p.into_affine()))
+        .collect();
+    let (gpu, s) = (gpu(), stream());
+
+    let add = twice("g1_add", || arith::g1_add(gpu, &s, &p, &q).expect("launch"));
+    let madd = twice("g1_add_affine", || {
+        arith::g1_add_affine(gpu, &s, &p, &qa).expect("launch")
+    });
+    let msub = twice("g1_sub_affine", || {
+        arith::g1_sub_affine(gpu, &s, &p, &qa).expect("launch")
+    });
+    let dbl = twice("g1_dbl", || arith::g1_dbl(gpu, &s, &p).expect("launch"));
+    let dbla = twice("g1_dbl_affine", || {
+        arith::g1_dbl_affine(gpu, &s, &pa).expect("launch")
+    });
+    let neg = twice("g1_neg", || arith::g1_neg(gpu, &s, &p).expect("launch"));
+    let nega = twice("g1_affine_neg", || {
+        arith::g1_affine_neg(gpu, &s, &pa).expect("launch")
+    });
+    let to_xyzz = twice("g1_affine_to_xyzz", || {
+        arith::g1_affine_to_xyzz(gpu, &s, &pa).expect("launch")
+    });
+    let to_aff = twice("g1_xyzz_to_affine", || {
+        arith::g1_xyzz_to_affine(gpu, &s, &p).expect("launch")
+    });
+
+    for (i, (pp, qq)) in pairs.iter().enumerate() {
+        let l = |op: &str| format!("{op} pair {i} seed {seed}");
+        assert_eq!(xyzz_out(&l("add"), &add[i]), *pp + qq, "{}", l("add"));
+        assert_eq!(
+            xyzz_out(&l("add_affine"), &madd[i]),
+            *pp + qq,
+            "{}",
+            l("add_affine")
+        );
+        assert_eq!(
+            xyzz_out(&l("sub_affine"), &msub[i]),
+            *pp - qq,
+            "{}",
+            l("sub_affine")
+        );
+        assert_eq!(xyzz_out(&l("dbl"), &dbl[i]), pp.double(), "{}", l("dbl"));
+        assert_eq!(
+            xyzz_out(&l("dbl_affine"), &dbla[i]),
+            pp.double(),
+            "{}",
+            l("dbl_affine")
+        );
+        assert_eq!(xyzz_out(&l("neg"), &neg[i]), -*pp, "{}", l("neg"));
+        assert_eq!(
+            g1_affine_from_dev(&nega[i]),
+            Some((-*pp).into_affine()),
+            "{}",
+            l("affine_neg")
+        );
+        assert_eq!(
+            xyzz_out(&l("to_xyzz"), &to_xyzz[i]),
+            *pp,
+            "{}",
+            l("to_xyzz")
+        );
+        assert_eq!(
+            g1_affine_from_dev(&to_aff[i]),
+            Some(pp.into_affine()),
+            "{}",
+            l("to_affine")
+        );
+        // Infinity keeps its encodings: affine (0, 0), XYZZ ZZ = 0.
+        if pp.is_zero() {
+            assert_eq!(
+                nega[i],
+                DevG1Affine::default(),
+                "{}",
+                l("affine_neg of infinity")
+            );
+            assert_eq!(
+                to_aff[i],
+                DevG1Affine::default(),
+                "{}",
+                l("to_affine of infinity")
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_g1_ops_exceptional_cases() {
+    check_g1(0x61, 64);
+}
+
+#[test]
+fn gpu_no_sticky_error_after_all() {
+    check_fr(0xE0, 8);
+    gpu()
+        .sync(gpu().default_stream(), "final check")
+        .expect("CUDA error state is clean");
+}
+
+#[test]
+fn gpu_module_cache_loads_once_under_contention() {
+    let g = gpu();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| g.module(arith::MODULE).expect("load")))
+            .collect();
+        let mods: Vec<_> = hs.into_iter().map(|h| h.join().expect("thread")).collect();
+        for m in &mods[1..] {
+            assert!(Arc::ptr_eq(&mods[0], m), "module loaded more than once");
+        }
+    });
+    assert!(matches!(
+        g.function(arith::MODULE, "no_such_kernel"),
+        Err(twolock::device::cuda::CudaError::MissingKernel { .. })
+    ));
+}

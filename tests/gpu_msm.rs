@@ -1,0 +1,705 @@
+//! G1 MSM, batch addition and the 0/1/other split against arkworks, and each Pippenger
+//! stage against a CPU model of it.
+//!
+//! GPU only: without a GPU every test fails (the CPU profile filters `gpu_*` out).
+//! Outputs are poisoned before the launches (the stage runners and the plain entry
+//! points do it), every device check runs twice on the same inputs (a result that
+//! moves between runs is a race), and results are decoded with the checked layout
+//! functions (off-curve or unreduced data is an error). Set TWOLOCK_TEST_SEED to vary
+//! the inputs.
+#![cfg(feature = "cuda")]
+
+use std::sync::{Arc, OnceLock};
+
+use ark_bls12_381::{G1Affine, G1Projective};
+use ark_ec::{AffineRepr, CurveGroup, VariableBaseMSM};
+use ark_ff::{BigInteger, Field, One, PrimeField, UniformRand, Zero};
+use cudarc::driver::CudaStream;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use twolock::device::cuda::layout::fr_as_dev;
+use twolock::device::cuda::msm::{
+    self, batch_add, classify, msm_enqueue, msm_split, random_scalars, read_points, signed_digits,
+    stages, walk_bases, DeviceBases, DeviceScalars, MsmWorkspace, ScalarsRef, SplitScalars,
+    WindowPlan,
+};
+use twolock::device::cuda::{AllocKind, CudaError, DevFr, DevG1Xyzz, Gpu};
+use twolock::device::ScalarClasses;
+use twolock::Fr;
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| match Gpu::new(0) {
+        Ok(g) => g,
+        Err(e) => panic!("gpu_* tests need a CUDA GPU: {e}"),
+    })
+}
+
+fn stream() -> Arc<CudaStream> {
+    gpu().new_stream().expect("stream")
+}
+
+fn seed(salt: u64) -> u64 {
+    let base = std::env::var("TWOLOCK_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x35_u64);
+    base ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+fn rng(salt: u64) -> ChaCha20Rng {
+    ChaCha20Rng::seed_from_u64(seed(salt))
+}
+
+/// Independent random bases (slow; small n) or a random walk (fast; large n).
+fn bases(n: usize, salt: u64) -> Vec<G1Affine> {
+    if n <= 256 {
+        let mut r = rng(salt);
+        (0..n)
+            .map(|_| G1Projective::rand(&mut r).into_affine())
+            .collect()
+    } else {
+        walk_bases(n, seed(salt))
+    }
+}
+
+fn upload(s: &Arc<CudaStream>, points: &[G1Affine]) -> DeviceBases {
+    DeviceBases::upload(gpu(), s, points, AllocKind::StreamOrdered).expect("bases upload")
+}
+
+fn reference(points: &[G1Affine], scalars: &[Fr]) -> G1Projective {
+    G1Projective::msm(&points[..scalars.len()], scalars).expect("arkworks msm")
+}
+
+/// The device MSM of host scalars equals arkworks, twice.
+fn check(points: &[G1Affine], scalars: &[Fr], what: &str) {
+    let s = stream();
+    let dev = upload(&s, points);
+    let want = reference(points, scalars);
+    for run in 0..2 {
+        let got = msm::msm(gpu(), &s, dev.view(), ScalarsRef::Host(scalars)).expect("msm");
+        assert_eq!(got, want, "{what}: n = {}, run {run}", scalars.len());
+    }
+}
+
+/// The split MSM equals arkworks, twice, from both classifiers.
+fn check_split(points: &[G1Affine], scalars: &[Fr], what: &str) {
+    let s = stream();
+    let dev = upload(&s, points);
+    let want = reference(points, scalars);
+    let a = classify(scalars);
+    let b = SplitScalars::from_classes(&ScalarClasses::classify(scalars), scalars)
+        .expect("from classes");
+    for (run, split) in [&a, &b, &a].into_iter().enumerate() {
+        let got = msm_split(gpu(), &s, dev.view(), split).expect("msm_split");
+        assert_eq!(got, want, "{what}: split, n = {}, run {run}", scalars.len());
+    }
+}
+
+fn scalar_mix(n: usize, salt: u64, p_zero: f64, p_one: f64) -> Vec<Fr> {
+    let mut r = rng(salt);
+    (0..n)
+        .map(|_| {
+            let x: f64 = r.gen();
+            if x < p_zero {
+                Fr::zero()
+            } else if x < p_zero + p_one {
+                Fr::one()
+            } else {
+                Fr::rand(&mut r)
+            }
+        })
+        .collect()
+}
+
+/// Scalars whose every c-bit window (below bit 254) equals `v`.
+fn every_window(c: u32, v: u64) -> Fr {
+    let mut k = ark_ff::BigInt::<4>::zero();
+    let mut w = 0;
+    while w + c <= 254 {
+        let mut t = ark_ff::BigInt::<4>::from(v);
+        t <<= w;
+        k.add_with_carry(&t);
+        w += c;
+    }
+    Fr::from_bigint(k).expect("below r")
+}
+
+const SIZES: [usize; 16] = [
+    0, 1, 2, 3, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1023, 1025, 4097,
+];
+
+#[test]
+fn gpu_msm_small_sizes_random() {
+    let points = bases(4097, 1);
+    for (i, &n) in SIZES.iter().enumerate() {
+        let scalars = random_scalars(n, seed(100 + i as u64));
+        check(&points, &scalars, "random");
+    }
+}
+
+#[test]
+fn gpu_msm_powers_of_two_plus_minus_one() {
+    let points = bases((1 << 16) + 1, 2);
+    for k in [4u32, 8, 12, 15, 16] {
+        for n in [(1usize << k) - 1, 1 << k, (1 << k) + 1] {
+            check(&points, &random_scalars(n, seed(200 + n as u64)), "2^k ± 1");
+        }
+    }
+}
+
+#[test]
+fn gpu_msm_special_scalars() {
+    let points = bases(4097, 3);
+    let x = Fr::rand(&mut rng(3));
+    for n in [1usize, 31, 33, 1000, 4097] {
+        for (name, v) in [
+            ("zero", Fr::zero()),
+            ("one", Fr::one()),
+            ("r-1", -Fr::one()),
+            ("equal", x),
+        ] {
+            let scalars = vec![v; n];
+            check(&points, &scalars, name);
+            check_split(&points, &scalars, name);
+        }
+    }
+}
+
+#[test]
+fn gpu_msm_infinity_bases() {
+    let mut points = bases(1025, 4);
+    let scalars = random_scalars(1025, seed(4));
+    check(&vec![G1Affine::identity(); 1025], &scalars, "all infinity");
+    for p in points.iter_mut().step_by(3) {
+        *p = G1Affine::identity();
+    }
+    check(&points, &scalars, "every third infinity");
+    check_split(
+        &points,
+        &scalar_mix(1025, 4, 0.3, 0.3),
+        "every third infinity",
+    );
+}
+
+#[test]
+fn gpu_msm_duplicate_and_negated_bases() {
+    let p = G1Projective::rand(&mut rng(5)).into_affine();
+    let q = G1Projective::rand(&mut rng(6)).into_affine();
+    let x = Fr::rand(&mut rng(7));
+    // Same base, same scalar: the bucket adds P to itself (the doubling case).
+    check(&vec![p; 300], &vec![x; 300], "duplicates, equal scalars");
+    // P and -P with one scalar: the same bucket, cancelling (the P + (-P) case).
+    let pm: Vec<G1Affine> = (0..300)
+        .map(|i| {
+            if i % 2 == 0 {
+                p
+            } else {
+                (-p.into_group()).into_affine()
+            }
+        })
+        .collect();
+    check(&pm, &vec![x; 300], "P and -P");
+    check(&pm[..299], &vec![x; 299], "P and -P, odd count");
+    // One base with s and r - s: same magnitude digits, opposite signs.
+    let s_and_neg: Vec<Fr> = (0..300).map(|i| if i % 2 == 0 { x } else { -x }).collect();
+    check(&vec![q; 300], &s_and_neg, "s and -s");
+    // Duplicated bases with random scalars.
+    let dup: Vec<G1Affine> = (0..2000).map(|i| if i % 7 < 3 { p } else { q }).collect();
+    check(&dup, &random_scalars(2000, seed(8)), "two distinct bases");
+}
+
+#[test]
+fn gpu_msm_signed_digit_boundary() {
+    // For the plan's c at each size: every window at 2^(c-1) (largest positive digit),
+    // 2^(c-1) + 1 (negative, carry into every next window) and 2^c - 1 (carry chain).
+    for n in [33usize, 1025, 1 << 16] {
+        let c = WindowPlan::for_len(n).c;
+        let points = bases(n, 9);
+        for v in [1u64 << (c - 1), (1u64 << (c - 1)) + 1, (1u64 << c) - 1] {
+            check(&points, &vec![every_window(c, v); n], "boundary, all equal");
+            let mut mixed = random_scalars(n, seed(10 + v));
+            mixed
+                .iter_mut()
+                .step_by(2)
+                .for_each(|s| *s = every_window(c, v));
+            check(&points, &mixed, "boundary, mixed");
+        }
+    }
+}
+
+#[test]
+fn gpu_msm_skewed_zero_one() {
+    let n = (1 << 16) + 1;
+    let points = bases(n, 11);
+    for (pz, po) in [
+        (0.9, 0.09),
+        (0.5, 0.49),
+        (0.0, 1.0),
+        (1.0, 0.0),
+        (0.0, 0.0),
+        (0.99, 0.0),
+    ] {
+        let scalars = scalar_mix(n, 12, pz, po);
+        check(&points, &scalars, "skewed");
+        check_split(&points, &scalars, "skewed");
+    }
+}
+
+#[test]
+fn gpu_batch_add_bitmap() {
+    let s = stream();
+    let mut points = bases(70_003, 13);
+    points[5] = G1Affine::identity();
+    points[6] = points[7];
+    points[9] = (-points[8].into_group()).into_affine();
+    let dev = upload(&s, &points);
+    let mut r = rng(13);
+    for n in [0usize, 1, 31, 32, 33, 1000, 70_003] {
+        for density in [0.0, 0.01, 0.5, 1.0] {
+            let bits: Vec<bool> = (0..n).map(|_| r.gen::<f64>() < density).collect();
+            let mut words = vec![0u32; n.div_ceil(32)];
+            bits.iter()
+                .enumerate()
+                .filter(|(_, b)| **b)
+                .for_each(|(i, _)| words[i / 32] |= 1 << (i % 32));
+            // Bits past n must be ignored.
+            if let Some(w) = words.last_mut() {
+                if n % 32 != 0 {
+                    *w |= !0 << (n % 32);
+                }
+            }
+            let want: G1Projective = bits
+                .iter()
+                .zip(&points)
+                .filter(|(b, _)| **b)
+                .map(|(_, p)| p.into_group())
+                .sum();
+            for run in 0..2 {
+                let got = batch_add(gpu(), &s, dev.view(), &words, n).expect("batch_add");
+                assert_eq!(got, want, "n = {n}, density {density}, run {run}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_msm_split_mixes() {
+    let n = 20_000;
+    let points = bases(n, 14);
+    for (pz, po) in [(0.3, 0.3), (0.0, 0.5), (0.5, 0.0), (0.8, 0.2)] {
+        check_split(&points, &scalar_mix(n, 15, pz, po), "split mix");
+    }
+    check_split(&points, &[], "split, empty");
+    check_split(&points, &[Fr::one()], "split, one");
+}
+
+#[test]
+fn gpu_msm_device_scalars_and_ranges() {
+    let s = stream();
+    let n = 5000;
+    let points = bases(n + 10, 16);
+    let dev = upload(&s, &points);
+    let scalars = random_scalars(n, seed(16));
+    let mut buf = gpu().alloc_async::<DevFr>(&s, n).expect("alloc");
+    s.memcpy_htod(fr_as_dev(&scalars), &mut buf)
+        .expect("upload");
+    for (range, offset) in [(0..n, 0usize), (17..n, 3), (n..n, 0)] {
+        let view = dev
+            .slice(offset..offset + range.len() + 5)
+            .expect("bases slice");
+        let want = reference(&points[offset..], &scalars[range.clone()]);
+        for run in 0..2 {
+            let d = DeviceScalars::new(&buf, range.clone()).expect("scalar range");
+            let got = msm::msm(gpu(), &s, view, ScalarsRef::Device(d)).expect("msm");
+            assert_eq!(got, want, "range {range:?}, run {run}");
+        }
+    }
+}
+
+#[test]
+fn gpu_msm_windows_per_pass_and_slots() {
+    let s = stream();
+    let n = 3000;
+    let points = bases(n, 17);
+    let dev = upload(&s, &points);
+    let sets: Vec<Vec<Fr>> = (0..3)
+        .map(|i| random_scalars(n - i * 7, seed(170 + i as u64)))
+        .collect();
+    for wpp in [Some(1), Some(3), None] {
+        let mut ws = MsmWorkspace::with_windows_per_pass(gpu(), &s, n, wpp, AllocKind::Sync)
+            .expect("workspace");
+        let mut out = gpu().alloc_async::<DevG1Xyzz>(&s, 4).expect("out");
+        gpu().poison(&s, &mut out).expect("poison");
+        for run in 0..2 {
+            for (i, sc) in sets.iter().enumerate() {
+                msm_enqueue(
+                    gpu(),
+                    &s,
+                    &mut ws,
+                    dev.view(),
+                    ScalarsRef::Host(sc),
+                    &mut out,
+                    i,
+                )
+                .expect("enqueue");
+            }
+            let got = read_points(gpu(), &s, &out);
+            // Slot 3 was never written: it still holds poison, which must be refused.
+            assert!(got.is_err(), "poisoned slot decoded as a point");
+            let mut out3 = gpu().alloc_async::<DevG1Xyzz>(&s, 3).expect("out");
+            for (i, sc) in sets.iter().enumerate() {
+                msm_enqueue(
+                    gpu(),
+                    &s,
+                    &mut ws,
+                    dev.view(),
+                    ScalarsRef::Host(sc),
+                    &mut out3,
+                    i,
+                )
+                .expect("enqueue");
+            }
+            let got = read_points(gpu(), &s, &out3).expect("read");
+            for (i, sc) in sets.iter().enumerate() {
+                assert_eq!(
+                    got[i],
+                    reference(&points, sc),
+                    "wpp {wpp:?}, slot {i}, run {run}"
+                );
+            }
+        }
+        ws.free().expect("free");
+    }
+}
+
+#[test]
+fn gpu_msm_errors_are_values() {
+    let s = stream();
+    let points = bases(10, 18);
+    let dev = upload(&s, &points);
+    let scalars = random_scalars(11, seed(18));
+    let e = msm::msm(gpu(), &s, dev.view(), ScalarsRef::Host(&scalars)).unwrap_err();
+    assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+    let mut ws = MsmWorkspace::new(gpu(), &s, 5, AllocKind::StreamOrdered).expect("workspace");
+    let mut out = gpu().alloc_async::<DevG1Xyzz>(&s, 1).expect("out");
+    let e = msm_enqueue(
+        gpu(),
+        &s,
+        &mut ws,
+        dev.view(),
+        ScalarsRef::Host(&scalars[..8]),
+        &mut out,
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+    let e = msm_enqueue(
+        gpu(),
+        &s,
+        &mut ws,
+        dev.view(),
+        ScalarsRef::Host(&scalars[..2]),
+        &mut out,
+        1,
+    )
+    .unwrap_err();
+    assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+    assert!(dev.slice(5..11).is_err());
+    ws.free().expect("free");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #[test]
+    fn gpu_msm_proptest(log in 0u32..=16, frac in 0.5f64..=1.0, pz in 0.0f64..0.5, po in 0.0f64..0.5, salt in any::<u64>()) {
+        let n = ((1usize << log) as f64 * frac) as usize;
+        let points = walk_bases(n.max(1), salt);
+        let scalars = scalar_mix(n, salt, pz, po);
+        check(&points, &scalars, "proptest");
+        check_split(&points, &scalars, "proptest");
+    }
+}
+
+fn large(log: u32) {
+    let n = 1usize << log;
+    let points = walk_bases(n, seed(u64::from(log)));
+    let scalars = random_scalars(n, seed(1000 + u64::from(log)));
+    check(&points, &scalars, "large");
+}
+
+#[test]
+fn gpu_msm_2_20() {
+    large(20);
+}
+
+#[test]
+fn gpu_msm_2_22() {
+    large(22);
+}
+
+#[test]
+fn gpu_msm_2_24() {
+    large(24);
+}
+
+// ---------------------------------------------------------------------------------
+// Stages
+
+fn boundary_and_random(n: usize, c: u32, salt: u64) -> Vec<Fr> {
+    let mut v = random_scalars(n, seed(salt));
+    let specials = [
+        Fr::zero(),
+        Fr::one(),
+        -Fr::one(),
+        every_window(c, 1 << (c - 1)),
+        every_window(c, (1 << (c - 1)) + 1),
+        every_window(c, (1 << c) - 1),
+    ];
+    v.iter_mut()
+        .zip(specials.iter().cycle())
+        .step_by(3)
+        .for_each(|(s, x)| *s = *x);
+    v
+}
+
+#[test]
+fn gpu_stage_from_montgomery() {
+    let s = stream();
+    let scalars = boundary_and_random(1000, 13, 20);
+    for run in 0..2 {
+        let got = stages::from_montgomery(gpu(), &s, &scalars).expect("from_montgomery");
+        let want: Vec<[u64; 4]> = scalars.iter().map(|x| x.into_bigint().0).collect();
+        assert_eq!(got, want, "run {run}");
+    }
+}
+
+#[test]
+fn gpu_stage_digits() {
+    let s = stream();
+    for c in [4u32, 7, 13, 16, 20] {
+        let plan = WindowPlan::with_bits(c);
+        let scalars = boundary_and_random(777, c, 21);
+        let canonical: Vec<[u64; 4]> = scalars.iter().map(|x| x.into_bigint().0).collect();
+        let cpu: Vec<Vec<i64>> = canonical.iter().map(|k| signed_digits(k, plan)).collect();
+        for (w_begin, w_count) in [
+            (0, plan.windows),
+            (0, 1),
+            (plan.windows - 1, 1),
+            (plan.windows / 2, plan.windows - plan.windows / 2),
+        ] {
+            for run in 0..2 {
+                let got =
+                    stages::digits(gpu(), &s, &canonical, plan, w_begin, w_count).expect("digits");
+                for wl in 0..w_count as usize {
+                    for i in 0..canonical.len() {
+                        let want = msm::encode_digit(cpu[i][w_begin as usize + wl]);
+                        assert_eq!(
+                            got[wl * canonical.len() + i],
+                            want,
+                            "c {c}, window {}, scalar {i}, run {run}",
+                            w_begin as usize + wl
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_stage_bucket_sort() {
+    let s = stream();
+    for (c, n, wc) in [
+        (4u32, 1000usize, 3u32),
+        (9, 5000, 2),
+        (13, 70_000, 1),
+        (16, 3000, 4),
+    ] {
+        let nb = 1usize << (c - 1);
+        let mut r = rng(22 + u64::from(c));
+        let raw: Vec<i64> = (0..n * wc as usize)
+            .map(|i| match i % 4 {
+                0 => 0,
+                1 => nb as i64, // the boundary bucket
+                _ => r.gen_range(-(nb as i64 - 1)..=nb as i64),
+            })
+            .collect();
+        let digits: Vec<u32> = raw.iter().map(|&d| msm::encode_digit(d)).collect();
+        let index: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
+        for (run, base_index) in [None, Some(&index[..]), None].into_iter().enumerate() {
+            let sorted =
+                stages::bucket_sort(gpu(), &s, &digits, n, c, wc, base_index).expect("sort");
+            let keys = wc as usize * nb;
+            assert_eq!(sorted.offsets.len(), keys + 1);
+            assert_eq!(sorted.offsets[0], 0);
+            assert!(
+                sorted.offsets.windows(2).all(|w| w[0] <= w[1]),
+                "offsets not monotone"
+            );
+            assert_eq!(
+                sorted.offsets[keys] as usize,
+                raw.iter().filter(|&&d| d != 0).count()
+            );
+            // Each bucket holds exactly its (index, sign) entries, in any order.
+            let mut want: Vec<Vec<u32>> = vec![Vec::new(); keys];
+            for (j, &d) in raw.iter().enumerate() {
+                let (wl, i) = (j / n, j % n);
+                if d != 0 {
+                    let idx = base_index.map_or(i as u32, |b| b[i]);
+                    want[wl * nb + d.unsigned_abs() as usize - 1]
+                        .push(idx | if d < 0 { 1 << 31 } else { 0 });
+                }
+            }
+            for (k, w) in want.iter_mut().enumerate() {
+                let mut got = sorted.entries
+                    [sorted.offsets[k] as usize..sorted.offsets[k + 1] as usize]
+                    .to_vec();
+                got.sort_unstable();
+                w.sort_unstable();
+                assert_eq!(&got, w, "c {c}, key {k}, run {run}");
+            }
+        }
+    }
+}
+
+/// Bucket sums on the CPU from a sorted layout.
+fn cpu_buckets(points: &[G1Affine], sorted: &stages::Sorted) -> Vec<G1Projective> {
+    sorted
+        .offsets
+        .windows(2)
+        .map(|w| {
+            sorted.entries[w[0] as usize..w[1] as usize]
+                .iter()
+                .map(|&e| {
+                    let p = points[(e & 0x7fff_ffff) as usize].into_group();
+                    if e >> 31 == 1 {
+                        -p
+                    } else {
+                        p
+                    }
+                })
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn gpu_stage_accumulate() {
+    let s = stream();
+    let n = 3000;
+    let mut points = bases(n, 23);
+    points[3] = G1Affine::identity();
+    points[4] = (-points[5].into_group()).into_affine();
+    let dev = upload(&s, &points);
+    let c = 7;
+    let plan = WindowPlan::with_bits(c);
+    // Random scalars, and all-equal scalars (one heavy bucket per window).
+    let x = Fr::rand(&mut rng(23));
+    for scalars in [
+        random_scalars(n, seed(23)),
+        vec![x; n],
+        scalar_mix(n, 24, 0.0, 0.9),
+    ] {
+        let canonical: Vec<[u64; 4]> = scalars.iter().map(|x| x.into_bigint().0).collect();
+        let digits = stages::digits(gpu(), &s, &canonical, plan, 0, plan.windows).expect("digits");
+        let sorted =
+            stages::bucket_sort(gpu(), &s, &digits, n, c, plan.windows, None).expect("sort");
+        let want = cpu_buckets(&points, &sorted);
+        let total = sorted.entries.len();
+        // One slice per entry with pairwise folding (deepest head tree), a few slices,
+        // one slice, more slices than entries, and the pipeline's shape.
+        for (slices, fold) in [
+            (total.max(1), 2u32),
+            (7, 3),
+            (1, 32),
+            (total + 100, 2),
+            (50_000, 32),
+        ] {
+            for run in 0..2 {
+                let got = stages::accumulate(gpu(), &s, dev.view(), &sorted, slices, fold)
+                    .expect("accumulate");
+                assert_eq!(got, want, "slices {slices}, fold {fold}, run {run}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_stage_reduce() {
+    let s = stream();
+    let mut r = rng(25);
+    let g = G1Projective::rand(&mut r);
+    for (c, wc) in [(4u32, 3u32), (8, 2), (12, 1)] {
+        let nb = 1usize << (c - 1);
+        let buckets: Vec<G1Projective> = (0..wc as usize * nb)
+            .map(|i| match i % 5 {
+                0 => G1Projective::zero(),
+                1 => g, // equal buckets: the running sum doubles
+                _ => G1Projective::rand(&mut r),
+            })
+            .collect();
+        let want: Vec<G1Projective> = buckets
+            .chunks(nb)
+            .map(|w| {
+                w.iter()
+                    .enumerate()
+                    .map(|(j, b)| *b * Fr::from(j as u64 + 1))
+                    .sum()
+            })
+            .collect();
+        for span in [1u32, 2, 8, nb as u32] {
+            for run in 0..2 {
+                let got = stages::reduce(gpu(), &s, &buckets, c, wc, span).expect("reduce");
+                assert_eq!(got, want, "c {c}, span {span}, run {run}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_stage_combine() {
+    let s = stream();
+    let mut r = rng(26);
+    for c in [4u32, 13, 20] {
+        let windows = WindowPlan::with_bits(c).windows as usize;
+        let mut sums: Vec<G1Projective> =
+            (0..windows).map(|_| G1Projective::rand(&mut r)).collect();
+        sums[0] = G1Projective::zero();
+        sums[windows / 2] = sums[windows / 2 - 1];
+        let shift = Fr::from(2u64).pow([u64::from(c)]);
+        let want = sums
+            .iter()
+            .rev()
+            .fold(G1Projective::zero(), |acc, w| acc * shift + w);
+        for run in 0..2 {
+            let got = stages::combine(gpu(), &s, &sums, c).expect("combine");
+            assert_eq!(got, want, "c {c}, run {run}");
+        }
+    }
+    let top_only: Vec<G1Projective> = (0..20)
+        .map(|i| {
+            if i == 19 {
+                G1Projective::rand(&mut r)
+            } else {
+                G1Projective::zero()
+            }
+        })
+        .collect();
+    let want = top_only[19] * Fr::from(2u64).pow([13 * 19]);
+    assert_eq!(
+        stages::combine(gpu(), &s, &top_only, 13).expect("combine"),
+        want
+    );
+}
+
+#[test]
+fn gpu_bench_msm_smoke() {
+    let t = msm::bench_msm(gpu(), &[10, 12], 3).expect("bench");
+    assert_eq!(t.len(), 2);
+    for x in &t {
+        assert!(x.consistent, "results moved between runs at 2^{}", x.log_n);
+        assert!(x.median_ms > 0.0 && x.stages_ms.iter().any(|(n, _)| n == "accumulate"));
+    }
+}
