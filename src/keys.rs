@@ -312,7 +312,9 @@ fn random_walk<P: SWCurveConfig<ScalarField = Fr>>(
     let steps: Vec<Affine<P>> = (0..WALK_STEPS)
         .map(|_| (Projective::<P>::generator() * Fr::rand(&mut rng)).into_affine())
         .collect();
-    let mut out = vec![Affine::<P>::zero(); len];
+    // Filled in parallel (first touch of the pages included), then overwritten chunk by chunk.
+    let mut out = Vec::with_capacity(len);
+    out.par_extend(rayon::iter::repeat_n(Affine::<P>::zero(), len));
     out.par_chunks_mut(WALK_CHUNK)
         .enumerate()
         .for_each(|(chunk, out)| {

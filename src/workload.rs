@@ -20,6 +20,21 @@ pub enum KeyChoice {
     Synthetic { seed: u64 },
 }
 
+/// Loads a key file written by [`keys::save_key`], validating its lengths against the
+/// circuit and every point (on the curve, in the subgroup): a file is untrusted input.
+pub fn key_from_file(path: &std::path::Path, spec: &CircuitSpec) -> Result<KeyMaterial, Error> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let pk = keys::load_key(&bytes, spec, keys::Trust::Untrusted)?;
+    Ok(KeyMaterial {
+        pk,
+        provenance: keys::Provenance::Real { key_seed: 0 },
+        spec: *spec,
+    })
+}
+
 impl KeyChoice {
     /// Real where setup is affordable, synthetic beyond.
     pub fn auto(spec: &CircuitSpec, seed: u64) -> Self {
@@ -50,6 +65,16 @@ impl Workload {
             KeyChoice::Real { seed } => keys::real_key(&spec, seed)?,
             KeyChoice::Synthetic { seed } => keys::synthetic_key(&spec, seed)?,
         };
+        Self::with_key(spec, key, partitions, witness_seed)
+    }
+
+    /// A workload under a key the caller already has (e.g. from [`key_from_file`]).
+    pub fn with_key(
+        spec: CircuitSpec,
+        key: KeyMaterial,
+        partitions: usize,
+        witness_seed: u64,
+    ) -> Result<Self, Error> {
         let matrices = spec.constraints()?;
         keys::check_lengths(&key.pk, &matrices)?;
         let assignments = (0..partitions as u64)

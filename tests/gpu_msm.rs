@@ -21,7 +21,7 @@ use rand_chacha::ChaCha20Rng;
 use twolock::device::cuda::layout::fr_as_dev;
 use twolock::device::cuda::msm::{
     self, batch_add, classify, msm_enqueue, msm_split, random_scalars, read_points, signed_digits,
-    stages, walk_bases, DeviceBases, DeviceScalars, MsmWorkspace, ScalarsRef, SplitScalars,
+    stages, walk_bases, Bitmap, DeviceBases, DeviceScalars, MsmWorkspace, ScalarsRef, SplitScalars,
     WindowPlan,
 };
 use twolock::device::cuda::{AllocKind, CudaError, DevFr, DevG1Xyzz, Gpu};
@@ -277,7 +277,16 @@ fn gpu_batch_add_bitmap() {
                 .map(|(_, p)| p.into_group())
                 .sum();
             for run in 0..2 {
-                let got = batch_add(gpu(), &s, dev.view(), &words, n).expect("batch_add");
+                let got = batch_add(
+                    gpu(),
+                    &s,
+                    dev.view(),
+                    Bitmap {
+                        words: &words,
+                        len: n,
+                    },
+                )
+                .expect("batch_add");
                 assert_eq!(got, want, "n = {n}, density {density}, run {run}");
             }
         }
@@ -530,7 +539,7 @@ fn gpu_stage_bucket_sort() {
         let index: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
         for (run, base_index) in [None, Some(&index[..]), None].into_iter().enumerate() {
             let sorted =
-                stages::bucket_sort(gpu(), &s, &digits, n, c, wc, base_index).expect("sort");
+                stages::bucket_sort(gpu(), &s, &digits, (n, c, wc), base_index).expect("sort");
             let keys = wc as usize * nb;
             assert_eq!(sorted.offsets.len(), keys + 1);
             assert_eq!(sorted.offsets[0], 0);
@@ -605,7 +614,7 @@ fn gpu_stage_accumulate() {
         let canonical: Vec<[u64; 4]> = scalars.iter().map(|x| x.into_bigint().0).collect();
         let digits = stages::digits(gpu(), &s, &canonical, plan, 0, plan.windows).expect("digits");
         let sorted =
-            stages::bucket_sort(gpu(), &s, &digits, n, c, plan.windows, None).expect("sort");
+            stages::bucket_sort(gpu(), &s, &digits, (n, c, plan.windows), None).expect("sort");
         let want = cpu_buckets(&points, &sorted);
         let total = sorted.entries.len();
         // One slice per entry with pairwise folding (deepest head tree), a few slices,
@@ -618,7 +627,7 @@ fn gpu_stage_accumulate() {
             (50_000, 32),
         ] {
             for run in 0..2 {
-                let got = stages::accumulate(gpu(), &s, dev.view(), &sorted, slices, fold)
+                let got = stages::accumulate(gpu(), &s, dev.view(), &sorted, (slices, fold))
                     .expect("accumulate");
                 assert_eq!(got, want, "slices {slices}, fold {fold}, run {run}");
             }
@@ -651,7 +660,7 @@ fn gpu_stage_reduce() {
             .collect();
         for span in [1u32, 2, 8, nb as u32] {
             for run in 0..2 {
-                let got = stages::reduce(gpu(), &s, &buckets, c, wc, span).expect("reduce");
+                let got = stages::reduce(gpu(), &s, &buckets, (c, wc, span)).expect("reduce");
                 assert_eq!(got, want, "c {c}, span {span}, run {run}");
             }
         }

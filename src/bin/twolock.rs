@@ -63,6 +63,13 @@ struct WorkloadArgs {
     /// Use a synthetic key even where a real one is affordable (sizes > 2^16 always do).
     #[arg(long)]
     synthetic: bool,
+    /// Prove under the key in this file (as written by --save-key); it is validated:
+    /// lengths against the circuit, every point on the curve and in the subgroup.
+    #[arg(long, conflicts_with = "synthetic")]
+    key: Option<PathBuf>,
+    /// Write the key used to this file.
+    #[arg(long)]
+    save_key: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -188,19 +195,30 @@ fn build_workload(a: &WorkloadArgs) -> Result<Workload, Error> {
     } else {
         KeyChoice::auto(&spec, a.seed)
     };
+    let what = match (&a.key, key) {
+        (Some(_), _) => "loaded",
+        (None, KeyChoice::Real { .. }) => "real (cached)",
+        (None, KeyChoice::Synthetic { .. }) => "synthetic",
+    };
     let pb = spinner(&format!(
-        "building {} circuit 2^{} and its {} key",
-        a.family,
-        a.log_constraints,
-        if matches!(key, KeyChoice::Real { .. }) {
-            "real (cached)"
-        } else {
-            "synthetic"
-        }
+        "building {} circuit 2^{} and its {what} key",
+        a.family, a.log_constraints
     ));
-    let w = Workload::build(spec, key, a.partitions, a.seed);
+    let w = match &a.key {
+        Some(path) => twolock::workload::key_from_file(path, &spec)
+            .and_then(|k| Workload::with_key(spec, k, a.partitions, a.seed)),
+        None => Workload::build(spec, key, a.partitions, a.seed),
+    };
     pb.finish_and_clear();
-    w
+    let w = w?;
+    if let Some(path) = &a.save_key {
+        let bytes = twolock::keys::save_key(&w.key.pk);
+        std::fs::write(path, bytes).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(w)
 }
 
 fn sim_devices(p: &PipelineArgs, strategy: AllocStrategy) -> Vec<SimDevice> {

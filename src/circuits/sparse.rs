@@ -21,6 +21,7 @@ use ark_ff::{AdditiveGroup, Field, UniformRand};
 use ark_relations::gr1cs::{ConstraintSystemRef, Matrix, SynthesisError};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
+use rayon::prelude::*;
 
 /// Half of the terms come from this many preceding variables.
 const WINDOW: usize = 64;
@@ -91,17 +92,41 @@ pub(super) fn matrices(spec: &CircuitSpec, shape: &Shape) -> [Matrix<Fr>; 3] {
     })
 }
 
+/// Chunks whose rows are drawn in parallel while the previous batch is evaluated.
+const BATCH_CHUNKS: usize = 64;
+
+/// Evaluation is sequential (a row may read the row just before it); drawing the rows is
+/// not, so batches of chunks are drawn in parallel, overlapped with the evaluation.
 pub(super) fn assignment(spec: &CircuitSpec, shape: &Shape, witness_seed: u64) -> Vec<Fr> {
     let mut rng = witness_rng(witness_seed);
     let mut z = Vec::with_capacity(shape.num_variables());
     z.push(Fr::ONE);
     z.extend((0..spec.num_inputs).map(|_| Fr::rand(&mut rng)));
-    for (chunk, first) in (0..shape.num_constraints).step_by(CHUNK_ROWS).enumerate() {
-        let end = (first + CHUNK_ROWS).min(shape.num_constraints);
-        for (_, a, b) in chunk_rows(spec, chunk, first..end) {
-            let w = eval(&a, &z) * eval(&b, &z);
-            z.push(w);
-        }
+    let rows = shape.num_constraints;
+    let num_chunks = rows.div_ceil(CHUNK_ROWS);
+    let draw = |batch: usize| -> Vec<(Row, Row)> {
+        let chunks = batch * BATCH_CHUNKS..((batch + 1) * BATCH_CHUNKS).min(num_chunks);
+        chunks
+            .into_par_iter()
+            .flat_map_iter(|chunk| {
+                let first = chunk * CHUNK_ROWS;
+                let end = (first + CHUNK_ROWS).min(rows);
+                chunk_rows(spec, chunk, first..end).map(|(_, a, b)| (a, b))
+            })
+            .collect()
+    };
+    let mut batch = draw(0);
+    for next in 1..=num_chunks.div_ceil(BATCH_CHUNKS) {
+        let (drawn, ()) = rayon::join(
+            || draw(next),
+            || {
+                for (a, b) in &batch {
+                    let w = eval(a, &z) * eval(b, &z);
+                    z.push(w);
+                }
+            },
+        );
+        batch = drawn;
     }
     z
 }
