@@ -80,12 +80,13 @@ __device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n
             x1 = x1 * table_pow(coset_hi, coset_lo, (uint32_t)i1);
         }
         const fr_t s = x0 + x1;
-        const fr_t d = (x0 - x1) * small[r << small_shift];
-        if (k == 1) {
+        fr_t d = x0 - x1;
+        if (k == 1) {  // the only butterfly's twiddle is w^0 = 1
             const uint32_t lo = (cg << log_t) + col;
             dif_store(data, base, 0, col, lo, c, k, log_m, s, tw_hi, tw_lo);
             dif_store(data, base, 1, col, lo, c, k, log_m, d, tw_hi, tw_lo);
         } else {
+            d = d * small[r << small_shift];
             smem[(r << log_t) + col] = s;
             smem[((r + half_rows) << log_t) + col] = d;
         }
@@ -102,12 +103,13 @@ __device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n
             const fr_t a0 = smem[(x << log_t) + col];
             const fr_t a1 = smem[((x + hl) << log_t) + col];
             const fr_t s = a0 + a1;
-            const fr_t d = (a0 - a1) * small[j << (small_shift + t)];
-            if (t == k - 1) {
+            fr_t d = a0 - a1;
+            if (t == k - 1) {  // half-length 1: j = 0, twiddle w^0 = 1 (no multiplication)
                 const uint32_t lo = (cg << log_t) + col;
                 dif_store(data, base, x, col, lo, c, k, log_m, s, tw_hi, tw_lo);
                 dif_store(data, base, x + hl, col, lo, c, k, log_m, d, tw_hi, tw_lo);
             } else {
+                d = d * small[j << (small_shift + t)];
                 smem[(x << log_t) + col] = s;
                 smem[((x + hl) << log_t) + col] = d;
             }

@@ -59,11 +59,11 @@ pub fn domain(m: &ConstraintMatrices) -> Result<Radix2EvaluationDomain<Fr>, Refe
     Radix2EvaluationDomain::new(size).ok_or(ReferenceError::DomainTooLarge { size })
 }
 
+/// A·z, B·z and C·z evaluated on the domain.
+pub type Evaluations = (Vec<Fr>, Vec<Fr>, Vec<Fr>);
+
 /// Evaluates A·z, B·z and C·z on the domain exactly as LibsnarkReduction does.
-pub fn evaluations(
-    m: &ConstraintMatrices,
-    z: &[Fr],
-) -> Result<(Vec<Fr>, Vec<Fr>, Vec<Fr>), ReferenceError> {
+pub fn evaluations(m: &ConstraintMatrices, z: &[Fr]) -> Result<Evaluations, ReferenceError> {
     check_len(m, z)?;
     let n = domain(m)?.size();
     let row = |mat: &ark_relations::gr1cs::Matrix<Fr>| {

@@ -42,6 +42,64 @@ pub struct Scenario {
     pub expect_fallback: Option<bool>,
     /// Whether every partition is expected to fail with Oom (too small for the fallback).
     pub expect_oom: bool,
+    /// A second process that allocates and frees VRAM in a loop during the batch:
+    /// the program to run (`twolock`, which has a hidden `pressure` command).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_pressure: Option<std::path::PathBuf>,
+}
+
+/// The external-pressure scenario: the whole device, no faults, while `program
+/// pressure` allocates and frees VRAM in another process.
+pub fn pressure_scenario(partitions: usize, program: std::path::PathBuf) -> Scenario {
+    Scenario {
+        name: "external pressure".into(),
+        sets: None,
+        faults: vec![],
+        partitions,
+        expect_fallback: None,
+        expect_oom: false,
+        external_pressure: Some(program),
+    }
+}
+
+/// A running pressure process; killed and reaped on drop.
+struct Pressure(std::process::Child);
+
+impl Pressure {
+    /// Starts `program pressure` and waits for its first allocation.
+    fn start(program: &std::path::Path) -> Result<Self, Error> {
+        use std::io::BufRead;
+        let io = |source| Error::Io {
+            path: program.display().to_string(),
+            source,
+        };
+        let mut child = std::process::Command::new(program)
+            .arg("pressure")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(io)?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            std::io::BufReader::new(out)
+                .read_line(&mut line)
+                .map_err(io)?;
+        }
+        if !line.starts_with("ready") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Usage(format!(
+                "the pressure process did not start: {line:?}"
+            )));
+        }
+        Ok(Pressure(child))
+    }
+}
+
+impl Drop for Pressure {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// One row of the report.
@@ -89,6 +147,7 @@ pub fn scenarios(partitions: usize, soak: usize, seed: u64) -> Vec<Scenario> {
             partitions,
             expect_fallback: fallback,
             expect_oom: false,
+            external_pressure: None,
         });
     }
     v.push(Scenario {
@@ -98,6 +157,7 @@ pub fn scenarios(partitions: usize, soak: usize, seed: u64) -> Vec<Scenario> {
         partitions: partitions.min(3),
         expect_fallback: None,
         expect_oom: true,
+        external_pressure: None,
     });
     for site in [
         AllocSite::PreStage,
@@ -114,6 +174,7 @@ pub fn scenarios(partitions: usize, soak: usize, seed: u64) -> Vec<Scenario> {
             partitions,
             expect_fallback: None,
             expect_oom: false,
+            external_pressure: None,
         });
     }
     for stage in [
@@ -134,6 +195,7 @@ pub fn scenarios(partitions: usize, soak: usize, seed: u64) -> Vec<Scenario> {
             partitions,
             expect_fallback: None,
             expect_oom: false,
+            external_pressure: None,
         });
     }
     v.push(Scenario {
@@ -147,6 +209,7 @@ pub fn scenarios(partitions: usize, soak: usize, seed: u64) -> Vec<Scenario> {
         partitions: soak,
         expect_fallback: None,
         expect_oom: false,
+        external_pressure: None,
     });
     v
 }
@@ -179,7 +242,13 @@ pub fn run_scenario<D: StressDevice>(
             .collect(),
     };
     let batch = w_all.batch(&RsSource::Seeded(s.partitions as u64))?;
+    let pressure = match &s.external_pressure {
+        Some(program) => Some(Pressure::start(program)?),
+        None => None,
+    };
     let run = pipeline.prove_batch(batch.clone());
+    // Gone before the leak check, which compares free VRAM with the baseline.
+    drop(pressure);
     let mut o = Outcome {
         scenario: s.name.clone(),
         partitions: s.partitions,
@@ -211,10 +280,19 @@ pub fn run_scenario<D: StressDevice>(
             }
         }
     }
+
+    // Below one set, whether the chunked fallback fits depends on the device's
+    // footprints: where it cannot, every partition must be a typed Oom instead.
+    let shape = prep::shape(&w.matrices)?;
+    let (full, chunked) = (
+        pipeline.devices()[0].working_set_bytes(&shape, Footprint::Full),
+        pipeline.devices()[0].working_set_bytes(&shape, Footprint::Chunked),
+    );
+    let fallback_fits = s.sets.is_none_or(|k| k * full as f64 >= chunked as f64);
     if let Some(f) = s.expect_fallback {
-        o.expectation_met &= (o.fallbacks > 0) == f;
+        o.expectation_met &= (o.fallbacks > 0) == f || !fallback_fits;
     }
-    if s.expect_oom {
+    if s.expect_oom || (s.faults.is_empty() && !fallback_fits) {
         o.expectation_met &= all_oom;
     } else if s.faults.is_empty() {
         o.expectation_met &= o.typed_errors == 0;
@@ -283,5 +361,40 @@ impl StressDevice for crate::device::sim::SimDevice {
 
     fn faults_injected(&self) -> usize {
         crate::device::sim::SimDevice::faults_injected(self)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl StressDevice for crate::device::cuda::CudaDevice {
+    /// GPU 0 with the pool strategy. A squeeze holds VRAM in a ballast allocation so
+    /// that what stays free is the key plus `sets` working sets, both as measured on
+    /// this device (granularity included), not as computed.
+    fn for_scenario(
+        sets: Option<f64>,
+        faults: FaultPlan,
+        audit: Arc<Audit>,
+        w: &Workload,
+    ) -> Result<Self, Error> {
+        use crate::device::{cuda::CudaDevice, AllocStrategy};
+        let d = CudaDevice::build(0, AllocStrategy::Pool, faults, Some(audit))?;
+        if let Some(k) = sets {
+            let shape = prep::shape(&w.matrices)?;
+            let m = d.measure(&Arc::new(w.key.pk.clone()), &shape)?;
+            tracing::debug!(?m, k, "squeeze");
+            d.squeeze_to(Some(m.key + (m.working_set as f64 * k) as u64))?;
+        }
+        d.mark_baseline()?;
+        Ok(d)
+    }
+
+    /// Working-set bytes still booked, plus VRAM missing against the baseline after a
+    /// device sync and a pool trim (an unmeasurable device counts as all leaked).
+    fn leaked_bytes(&self) -> u64 {
+        self.working_bytes()
+            .saturating_add(self.vram_leaked().unwrap_or(u64::MAX))
+    }
+
+    fn faults_injected(&self) -> usize {
+        crate::device::cuda::CudaDevice::faults_injected(self)
     }
 }

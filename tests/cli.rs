@@ -27,7 +27,15 @@ fn prove_json_reports_every_proof_verified_and_writes_a_trace() {
     let dir = tempdir("trace");
     let trace = dir.join("t.json");
     let o = twolock(&[
-        "prove", "--log", "6", "--partitions", "4", "--device", "sim", "--json", "--trace",
+        "prove",
+        "--log",
+        "6",
+        "--partitions",
+        "4",
+        "--device",
+        "sim",
+        "--json",
+        "--trace",
         trace.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -38,8 +46,18 @@ fn prove_json_reports_every_proof_verified_and_writes_a_trace() {
     assert!(proofs.iter().all(|p| p["result"] == "verified"));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     let events = t["traceEvents"].as_array().unwrap();
-    for phase in ["prep", "mem hold", "compute hold", "witness map", "msm H", "B_G2 (cpu)"] {
-        assert!(events.iter().any(|e| e["name"] == phase), "no {phase} span in the trace");
+    for phase in [
+        "prep",
+        "mem hold",
+        "compute hold",
+        "witness map",
+        "msm H",
+        "B_G2 (cpu)",
+    ] {
+        assert!(
+            events.iter().any(|e| e["name"] == phase),
+            "no {phase} span in the trace"
+        );
     }
     assert!(events.iter().all(|e| e["ph"] == "X" && e["dur"].is_u64()));
 }
@@ -48,13 +66,29 @@ fn prove_json_reports_every_proof_verified_and_writes_a_trace() {
 fn truncated_and_corrupted_key_files_are_typed_errors() {
     let dir = tempdir("keys");
     let good = dir.join("good.key");
-    let o = twolock(&["prove", "--log", "5", "--partitions", "1", "--save-key", good.to_str().unwrap()]);
+    let o = twolock(&[
+        "prove",
+        "--log",
+        "5",
+        "--partitions",
+        "1",
+        "--save-key",
+        good.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let bytes = std::fs::read(&good).unwrap();
 
     let truncated = dir.join("truncated.key");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let o = twolock(&["prove", "--log", "5", "--partitions", "1", "--key", truncated.to_str().unwrap()]);
+    let o = twolock(&[
+        "prove",
+        "--log",
+        "5",
+        "--partitions",
+        "1",
+        "--key",
+        truncated.to_str().unwrap(),
+    ]);
     assert_fails_with(&o, "end early");
 
     let corrupted = dir.join("corrupted.key");
@@ -62,10 +96,26 @@ fn truncated_and_corrupted_key_files_are_typed_errors() {
     let at = bytes.len() - 200; // inside the l_query points
     bad[at] ^= 0x5a;
     std::fs::write(&corrupted, &bad).unwrap();
-    let o = twolock(&["prove", "--log", "5", "--partitions", "1", "--key", corrupted.to_str().unwrap()]);
+    let o = twolock(&[
+        "prove",
+        "--log",
+        "5",
+        "--partitions",
+        "1",
+        "--key",
+        corrupted.to_str().unwrap(),
+    ]);
     assert_fails_with(&o, "l_query");
 
-    let o = twolock(&["prove", "--log", "5", "--partitions", "1", "--key", good.to_str().unwrap()]);
+    let o = twolock(&[
+        "prove",
+        "--log",
+        "5",
+        "--partitions",
+        "1",
+        "--key",
+        good.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "the saved key proves: {}", stderr(&o));
 }
 
@@ -80,7 +130,10 @@ fn unbuilt_subcommands_say_so_and_fail() {
     #[cfg(not(feature = "cuda"))]
     {
         assert_fails_with(&twolock(&["bench", "ntt"]), "CUDA");
-        assert_fails_with(&twolock(&["prove", "--device", "cuda", "--log", "4"]), "CUDA");
+        assert_fails_with(
+            &twolock(&["prove", "--device", "cuda", "--log", "4"]),
+            "CUDA",
+        );
     }
 }
 
@@ -89,14 +142,30 @@ fn stress_on_sim_passes_and_writes_a_report() {
     let dir = tempdir("stress");
     let report = dir.join("r.json");
     let o = twolock(&[
-        "stress", "--device", "sim", "--log", "4", "--partitions", "6", "--soak", "12",
-        "--report", report.to_str().unwrap(),
+        "stress",
+        "--device",
+        "sim",
+        "--log",
+        "4",
+        "--partitions",
+        "6",
+        "--soak",
+        "12",
+        "--report",
+        report.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        stderr(&o)
+    );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let outcomes = r["outcomes"].as_array().unwrap();
     assert!(outcomes.len() >= 10);
-    assert!(outcomes.iter().all(|o| o["wrong"] == 0 && o["leaked_bytes"] == 0));
+    assert!(outcomes
+        .iter()
+        .all(|o| o["wrong"] == 0 && o["leaked_bytes"] == 0));
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {

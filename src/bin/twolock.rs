@@ -35,6 +35,25 @@ enum Command {
     Stress(StressArgs),
     /// Benchmarks: `prove` (pipeline), `ntt` and `msm` (CUDA kernels).
     Bench(BenchArgs),
+    /// Allocates and frees VRAM in a loop until killed (the stress runner's external
+    /// pressure process).
+    #[command(hide = true)]
+    Pressure(PressureArgs),
+}
+
+#[derive(Args)]
+struct PressureArgs {
+    #[arg(long, default_value_t = 0)]
+    ordinal: usize,
+    /// Bytes per allocation (MiB).
+    #[arg(long, default_value_t = 1024)]
+    chunk_mib: usize,
+    /// Allocations held at the peak of each cycle.
+    #[arg(long, default_value_t = 4)]
+    chunks: usize,
+    /// Pause between steps (ms).
+    #[arg(long, default_value_t = 5)]
+    period_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -152,10 +171,31 @@ enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
-    /// CUDA NTT against floors and sppark (needs `--features cuda`).
-    Ntt,
+    /// CUDA NTT against its floors and sppark (needs `--features cuda`).
+    Ntt(KernelBenchArgs),
     /// CUDA G1 MSM against arkworks and sppark (needs `--features cuda`).
-    Msm,
+    Msm(KernelBenchArgs),
+}
+
+#[derive(Args, Clone)]
+struct KernelBenchArgs {
+    /// Smallest log2 size.
+    #[arg(long, default_value_t = 16)]
+    log_min: u32,
+    /// Largest log2 size.
+    #[arg(long, default_value_t = 26)]
+    log_max: u32,
+    /// Timed runs per size (after warm-up).
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    ordinal: usize,
+    /// Skip the arkworks CPU comparison (MSM) above this log2 size.
+    #[arg(long, default_value_t = 26)]
+    cpu_log_max: u32,
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -171,6 +211,7 @@ fn main() -> ExitCode {
         Command::Prove(a) => prove(a),
         Command::Stress(a) => stress_cmd(a),
         Command::Bench(a) => bench(a),
+        Command::Pressure(a) => pressure(a),
     };
     match result {
         Ok(code) => code,
@@ -236,24 +277,67 @@ fn sim_devices(p: &PipelineArgs, strategy: AllocStrategy) -> Vec<SimDevice> {
     (0..p.devices.max(1)).map(|_| SimDevice::new(cfg)).collect()
 }
 
-/// Resolves `auto` and rejects `cuda` where it cannot run.
+/// GPUs usable by the CUDA device: 0 without the `cuda` feature or without a driver.
+fn gpu_count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        twolock::device::cuda::CudaDevice::count()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        0
+    }
+}
+
+/// Resolves `auto` (cuda where a GPU is usable, else sim) and rejects `cuda` where it
+/// cannot run, saying why.
 fn resolve(kind: DeviceKind) -> Result<DeviceKind, Error> {
+    let usable = gpu_count() > 0;
     match kind {
         DeviceKind::Sim => Ok(DeviceKind::Sim),
-        DeviceKind::Auto => Ok(DeviceKind::Sim),
+        DeviceKind::Auto if usable => Ok(DeviceKind::Cuda),
+        DeviceKind::Auto => {
+            tracing::info!("no usable GPU (or built without `cuda`): using the simulated device");
+            Ok(DeviceKind::Sim)
+        }
+        DeviceKind::Cuda if usable => Ok(DeviceKind::Cuda),
+        DeviceKind::Cuda if cfg!(feature = "cuda") => Err(Error::Usage(
+            "--device cuda: no CUDA driver or no GPU on this machine (use --device sim)".into(),
+        )),
         DeviceKind::Cuda => Err(Error::Usage(
-            "the CUDA device is not part of the pipeline yet: use --device sim".into(),
+            "--device cuda: this binary was built without the `cuda` feature \
+             (cargo run --release --features cuda -- ...)"
+                .into(),
         )),
     }
+}
+
+/// The first `p.devices` GPUs, each with `strategy`.
+#[cfg(feature = "cuda")]
+fn cuda_devices(
+    p: &PipelineArgs,
+    strategy: AllocStrategy,
+) -> Result<Vec<twolock::device::cuda::CudaDevice>, Error> {
+    let available = gpu_count();
+    if p.devices > available {
+        return Err(Error::Usage(format!(
+            "--devices {}: only {available} GPU(s) present",
+            p.devices
+        )));
+    }
+    (0..p.devices.max(1))
+        .map(|i| twolock::device::cuda::CudaDevice::new(i, strategy).map_err(Error::from))
+        .collect()
 }
 
 fn prove(a: ProveArgs) -> Result<ExitCode, Error> {
     let kind = resolve(a.pipeline.device)?;
     let w = build_workload(&a.workload)?;
-    let devices = match kind {
-        _ => sim_devices(&a.pipeline, a.pipeline.alloc),
-    };
-    run_prove(&a, &w, devices)
+    match kind {
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => run_prove(&a, &w, cuda_devices(&a.pipeline, a.pipeline.alloc)?),
+        _ => run_prove(&a, &w, sim_devices(&a.pipeline, a.pipeline.alloc)),
+    }
 }
 
 fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<ExitCode, Error> {
@@ -355,8 +439,18 @@ fn stress_cmd(a: StressArgs) -> Result<ExitCode, Error> {
     let mut wa = a.workload.clone();
     wa.partitions = wa.partitions.min(16);
     let w = build_workload(&wa)?;
-    let list = stress::scenarios(a.workload.partitions, a.soak, a.workload.seed);
+    #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+    let mut list = stress::scenarios(a.workload.partitions, a.soak, a.workload.seed);
     let outcomes = match kind {
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => {
+            let exe = std::env::current_exe().map_err(|source| Error::Io {
+                path: "current executable".into(),
+                source,
+            })?;
+            list.push(stress::pressure_scenario(a.workload.partitions, exe));
+            run_stress::<twolock::device::cuda::CudaDevice>(&a, &w, &list)?
+        }
         _ => run_stress::<SimDevice>(&a, &w, &list)?,
     };
     let report = json!({ "device": format!("{kind:?}"), "circuit": w.spec, "outcomes": outcomes });
@@ -426,26 +520,304 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
             for s in [AllocStrategy::Sync, AllocStrategy::Arena] {
                 configs.push((LockMode::Two, 3, s));
             }
-            let rows = twolock::bench::prove_matrix(
-                &w,
-                &configs,
-                Duration::from_millis(pipeline.sim_cpu_ms),
-                |s| Ok(sim_devices(&pipeline, s)),
-            )?;
+            let cpu = Duration::from_millis(pipeline.sim_cpu_ms);
+            let rows = match kind {
+                #[cfg(feature = "cuda")]
+                DeviceKind::Cuda => {
+                    twolock::bench::prove_matrix(&w, &configs, cpu, |s| cuda_devices(&pipeline, s))?
+                }
+                _ => twolock::bench::prove_matrix(&w, &configs, cpu, |s| {
+                    Ok(sim_devices(&pipeline, s))
+                })?,
+            };
             if json {
                 println!("{:#}", serde_json::to_value(&rows).unwrap_or_default());
             } else {
+                let on = if kind == DeviceKind::Sim {
+                    format!(
+                        "sim (upload {} ms, kernels {} ms per partition)",
+                        pipeline.sim_upload_ms, pipeline.sim_kernel_ms
+                    )
+                } else {
+                    "cuda".to_string()
+                };
                 println!(
-                    "bench prove: {} x {} 2^{} on sim (upload {} ms, kernels {} ms, CPU prep +{} ms per partition)",
-                    workload.partitions, workload.family, workload.log_constraints,
-                    pipeline.sim_upload_ms, pipeline.sim_kernel_ms, pipeline.sim_cpu_ms
+                    "bench prove: {} x {} 2^{} on {on}, CPU prep +{} ms per partition",
+                    workload.partitions,
+                    workload.family,
+                    workload.log_constraints,
+                    pipeline.sim_cpu_ms
                 );
                 print!("{}", twolock::bench::prove_table(&rows));
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchWhat::Ntt | BenchWhat::Msm => Err(Error::Usage(
-            "bench ntt / bench msm need the CUDA kernels: not built yet".into(),
+        #[cfg(feature = "cuda")]
+        BenchWhat::Ntt(k) => kernels::bench_ntt(&k),
+        #[cfg(feature = "cuda")]
+        BenchWhat::Msm(k) => kernels::bench_msm(&k),
+        #[cfg(not(feature = "cuda"))]
+        BenchWhat::Ntt(_) | BenchWhat::Msm(_) => Err(Error::Usage(
+            "bench ntt / bench msm run the CUDA kernels: build with --features cuda \
+             (and --features peer-sppark for the sppark comparison)"
+                .into(),
         )),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn pressure(a: PressureArgs) -> Result<ExitCode, Error> {
+    use twolock::device::cuda::Gpu;
+    let gpu = Gpu::new(a.ordinal).map_err(twolock::device::DeviceError::from)?;
+    let s = gpu
+        .new_stream()
+        .map_err(twolock::device::DeviceError::from)?;
+    let bytes = a.chunk_mib << 20;
+    let pause = Duration::from_millis(a.period_ms);
+    let mut first = true;
+    loop {
+        let mut held = Vec::new();
+        for _ in 0..a.chunks {
+            // An allocation that fails is pressure too: the prover took the memory.
+            if let Ok(b) = gpu.alloc_sync::<u8>(&s, bytes) {
+                held.push(b);
+            }
+            if first {
+                println!("ready");
+                first = false;
+            }
+            std::thread::sleep(pause);
+        }
+        for b in held {
+            let _ = b.free();
+            std::thread::sleep(pause);
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn pressure(_: PressureArgs) -> Result<ExitCode, Error> {
+    Err(Error::Usage(
+        "pressure needs a GPU: build with --features cuda".into(),
+    ))
+}
+
+/// `bench ntt` and `bench msm`: our kernels against their floors, arkworks on every
+/// core, and sppark (with `--features peer-sppark`) on the same inputs in one run.
+#[cfg(feature = "cuda")]
+mod kernels {
+    use std::process::ExitCode;
+    use std::time::Instant;
+
+    use ark_bls12_381::{G1Affine, G1Projective};
+    use ark_ec::VariableBaseMSM;
+    use serde_json::json;
+    use twolock::device::cuda::{msm, Gpu};
+    use twolock::device::DeviceError;
+    use twolock::Error;
+
+    use super::KernelBenchArgs;
+
+    fn sizes(k: &KernelBenchArgs) -> Result<Vec<u32>, Error> {
+        if k.log_min == 0 || k.log_min > k.log_max || k.log_max > 26 {
+            return Err(Error::Usage(format!(
+                "sizes 2^{}..2^{}: need 1 <= log-min <= log-max <= 26",
+                k.log_min, k.log_max
+            )));
+        }
+        Ok((k.log_min..=k.log_max).collect())
+    }
+
+    fn gpu(k: &KernelBenchArgs) -> Result<Gpu, Error> {
+        Gpu::new(k.ordinal).map_err(|e| Error::Device(DeviceError::from(e)))
+    }
+
+    fn dev(e: twolock::device::cuda::CudaError) -> Error {
+        Error::Device(DeviceError::from(e))
+    }
+
+    pub fn bench_ntt(k: &KernelBenchArgs) -> Result<ExitCode, Error> {
+        let logs = sizes(k)?;
+        let gpu = gpu(k)?;
+        eprintln!(
+            "bench ntt: 2^{}..2^{} on {}, {} runs each",
+            k.log_min,
+            k.log_max,
+            gpu.name(),
+            k.runs
+        );
+        let ours = twolock::device::cuda::bench_ntt(&gpu, &logs, k.runs).map_err(dev)?;
+        let mut rows = Vec::new();
+        for t in &ours {
+            let peer = peer_ntt(t.log_n, k.runs)?;
+            let ratio = peer.map(|p| t.median_ms / p);
+            eprintln!(
+                "  2^{}: {:.3} ms (sppark {:?} ms)",
+                t.log_n, t.median_ms, peer
+            );
+            rows.push(json!({
+                "log_n": t.log_n,
+                "ours": t,
+                "sppark_ms": peer,
+                "ours_over_sppark": ratio,
+            }));
+        }
+        let out = json!({ "gpu": gpu.name(), "runs": k.runs, "rows": rows });
+        if k.json {
+            println!("{out:#}");
+        } else {
+            println!(
+                "bench ntt on {} (forward, natural order, median of {} runs)",
+                gpu.name(),
+                k.runs.max(10)
+            );
+            println!(
+                "{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+                "log n", "ours ms", "mem floor", "mul floor", "copy GB/s", "sppark ms", "ratio"
+            );
+            for t in &ours {
+                let p = rows
+                    .iter()
+                    .find(|r| r["log_n"] == t.log_n)
+                    .and_then(|r| r["sppark_ms"].as_f64());
+                println!(
+                    "{:>5} {:>10.3} {:>10.3} {:>10.3} {:>10.0} {:>10} {:>8}",
+                    t.log_n,
+                    t.median_ms,
+                    t.memory_floor_ms,
+                    t.mul_floor_ms,
+                    t.copy_gbps,
+                    p.map_or("—".into(), |p| format!("{p:.3}")),
+                    p.map_or("—".into(), |p| format!("{:.2}", t.median_ms / p)),
+                );
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    #[cfg(feature = "peer-sppark")]
+    fn peer_ntt(log_n: u32, runs: usize) -> Result<Option<f64>, Error> {
+        let v = msm::random_scalars(1 << log_n, u64::from(log_n));
+        twolock::peer::sppark_ntt_forward(&v, runs.max(10))
+            .map(|t| Some(t.median_ms))
+            .map_err(|e| Error::Usage(format!("sppark NTT 2^{log_n}: {e}")))
+    }
+
+    #[cfg(not(feature = "peer-sppark"))]
+    fn peer_ntt(_: u32, _: usize) -> Result<Option<f64>, Error> {
+        Ok(None)
+    }
+
+    #[cfg(feature = "peer-sppark")]
+    fn peer_msm(
+        bases: &[G1Affine],
+        scalars: &[ark_bls12_381::Fr],
+        runs: usize,
+    ) -> Result<Option<(f64, G1Projective)>, Error> {
+        twolock::peer::sppark_msm_g1(bases, scalars, runs)
+            .map(|t| Some((t.median_ms, t.value)))
+            .map_err(|e| Error::Usage(format!("sppark MSM: {e}")))
+    }
+
+    #[cfg(not(feature = "peer-sppark"))]
+    fn peer_msm(
+        _: &[G1Affine],
+        _: &[ark_bls12_381::Fr],
+        _: usize,
+    ) -> Result<Option<(f64, G1Projective)>, Error> {
+        Ok(None)
+    }
+
+    pub fn bench_msm(k: &KernelBenchArgs) -> Result<ExitCode, Error> {
+        let logs = sizes(k)?;
+        let gpu = gpu(k)?;
+        eprintln!(
+            "bench msm: 2^{}..2^{} on {}, {} runs each",
+            k.log_min,
+            k.log_max,
+            gpu.name(),
+            k.runs
+        );
+        let ours = msm::bench_msm(&gpu, &logs, k.runs).map_err(dev)?;
+        // The same bases and scalars bench_msm used.
+        let bases = msm::walk_bases(1 << k.log_max, 1);
+        let threads = rayon_threads();
+        let mut rows = Vec::new();
+        let mut ok = true;
+        for t in &ours {
+            let n = 1usize << t.log_n;
+            let scalars = msm::random_scalars(n, u64::from(t.log_n));
+            let cpu = if t.log_n <= k.cpu_log_max {
+                let start = Instant::now();
+                let p = G1Projective::msm(&bases[..n], &scalars)
+                    .map_err(|_| Error::Usage("arkworks MSM: length mismatch".into()))?;
+                Some((start.elapsed().as_secs_f64() * 1e3, p))
+            } else {
+                None
+            };
+            let peer = peer_msm(&bases[..n], &scalars, k.runs)?;
+            let agree_cpu = cpu.map(|(_, p)| Some(p) == t.result);
+            let agree_peer = peer.map(|(_, p)| Some(p) == t.result);
+            ok &= t.consistent && agree_cpu != Some(false) && agree_peer != Some(false);
+            eprintln!(
+                "  2^{}: {:.2} ms (arkworks {:?}, sppark {:?})",
+                t.log_n,
+                t.median_ms,
+                cpu.map(|c| c.0),
+                peer.map(|p| p.0)
+            );
+            rows.push(json!({
+                "log_n": t.log_n,
+                "ours": t,
+                "arkworks_ms": cpu.map(|c| c.0),
+                "arkworks_threads": threads,
+                "sppark_ms": peer.map(|p| p.0),
+                "equal_to_arkworks": agree_cpu,
+                "equal_to_sppark": agree_peer,
+                "ours_over_sppark": peer.map(|p| t.median_ms / p.0),
+                "speedup_over_arkworks": cpu.map(|c| c.0 / t.median_ms),
+            }));
+        }
+        let out = json!({ "gpu": gpu.name(), "runs": k.runs, "rows": rows, "ok": ok });
+        if k.json {
+            println!("{out:#}");
+        } else {
+            println!("bench msm on {} (G1, resident bases, scalars from pinned host memory, median of {} runs); arkworks on {threads} threads", gpu.name(), k.runs.max(3));
+            println!(
+                "{:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
+                "log n", "ours ms", "arkworks ms", "speedup", "sppark ms", "ratio", "equal"
+            );
+            for r in &rows {
+                let f = |key: &str, prec: usize| {
+                    r[key]
+                        .as_f64()
+                        .map_or("—".to_string(), |v| format!("{v:.prec$}"))
+                };
+                let equal = r["equal_to_arkworks"] != false
+                    && r["equal_to_sppark"] != false
+                    && r["ours"]["consistent"] == true;
+                println!(
+                    "{:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
+                    r["log_n"],
+                    r["ours"]["median_ms"]
+                        .as_f64()
+                        .map_or("—".into(), |v| format!("{v:.2}")),
+                    f("arkworks_ms", 1),
+                    f("speedup_over_arkworks", 1),
+                    f("sppark_ms", 2),
+                    f("ours_over_sppark", 2),
+                    if equal { "yes" } else { "NO" }
+                );
+            }
+        }
+        Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+
+    fn rayon_threads() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 }

@@ -87,11 +87,10 @@ impl Vram {
     /// Arena: reserves up to `slots` slots of `slot_bytes`; returns how many fit.
     pub fn reserve_arena(&mut self, slot_bytes: u64, slots: usize) -> usize {
         self.release_arena();
-        let fit = if slot_bytes == 0 {
-            slots
-        } else {
-            ((self.free() / slot_bytes) as usize).min(slots)
-        };
+        let fit = self
+            .free()
+            .checked_div(slot_bytes)
+            .map_or(slots, |n| (n as usize).min(slots));
         self.used += slot_bytes * fit as u64;
         self.arena = Arena {
             slot_bytes,

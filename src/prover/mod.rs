@@ -185,7 +185,11 @@ pub struct BatchRun {
     pub locks_released: bool,
 }
 
-type Progress = Arc<dyn Fn() + Send + Sync>;
+// Boxed inside the Arc: loom's Arc cannot unsize-coerce to a trait object.
+type Progress = Arc<Box<dyn Fn() + Send + Sync>>;
+
+/// A device's context and the handles of its worker threads.
+type StartedDevice<D> = (Arc<DeviceCtx<D>>, Vec<thread::JoinHandle<()>>);
 
 /// State all workers share for one batch.
 struct Shared {
@@ -300,7 +304,7 @@ impl<D: Device> Pipeline<D> {
 
     /// Calls `f` once per finished partition (progress bars).
     pub fn with_progress(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
-        self.progress = Some(Arc::new(f));
+        self.progress = Some(Arc::new(Box::new(f)));
         self
     }
 
@@ -375,7 +379,7 @@ impl<D: Device> Pipeline<D> {
         index: usize,
         device: &Arc<D>,
         shared: &Arc<Shared>,
-    ) -> Result<(Arc<DeviceCtx<D>>, Vec<thread::JoinHandle<()>>), ProveError> {
+    ) -> Result<StartedDevice<D>, ProveError> {
         let shape = prep::shape(&shared.batch.matrices)?;
         let key = device.load_key(&shared.batch.pk)?;
         let slot = device.working_set_bytes(&shape, crate::device::Footprint::Full);

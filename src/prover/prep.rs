@@ -22,7 +22,7 @@ pub fn shape(m: &ConstraintMatrices) -> Result<Shape, ProveError> {
 /// that violates a constraint is a typed error, never a wrong proof.
 pub fn prepare(m: &ConstraintMatrices, z: &[Fr]) -> Result<PartitionInputs, ProveError> {
     let (a, b, c) = reference::evaluations(m, z).map_err(ProveError::from)?;
-    if !z.first().is_some_and(|one| ark_ff::One::is_one(one)) {
+    if !z.first().is_some_and(ark_ff::One::is_one) {
         return Err(ProveError::InvalidInput(
             "the assignment must start with the constant one".into(),
         ));

@@ -63,19 +63,6 @@ pub enum CudaError {
     InvalidInput(String),
 }
 
-impl From<CudaError> for crate::device::DeviceError {
-    fn from(e: CudaError) -> Self {
-        use crate::device::DeviceError;
-        match e {
-            CudaError::Oom { requested, free } => DeviceError::Oom { requested, free },
-            CudaError::InvalidInput(s) => DeviceError::InvalidInput(s),
-            CudaError::NoDevice { ordinal } => DeviceError::NoDevice(format!("cuda:{ordinal}")),
-            CudaError::NoDriver => DeviceError::NoDevice("no CUDA driver".into()),
-            other => DeviceError::Driver(other.to_string()),
-        }
-    }
-}
-
 fn is_code(e: &DriverError, code: sys::cudaError_enum) -> bool {
     e.0 == code
 }

@@ -17,6 +17,9 @@ pub mod msm;
 pub mod ntt;
 pub mod witness_map;
 
+pub mod device;
+pub use device::CudaDevice;
+
 pub use context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 pub use layout::{DevFq, DevFr, DevG1Affine, DevG1Xyzz};
 pub use ntt::{bench_ntt, ntt, NttKind, NttTiming};

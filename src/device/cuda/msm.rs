@@ -1189,6 +1189,9 @@ pub struct MsmTiming {
     /// Every run returned the same point (a point that moves between runs is a race).
     pub consistent: bool,
     pub workspace_bytes: u64,
+    /// The point of the first run, to check against the peers.
+    #[serde(skip)]
+    pub result: Option<G1Projective>,
 }
 
 /// Times [`msm_enqueue`] at each size: a warm-up, then `runs` (at least 3) runs between
@@ -1245,6 +1248,7 @@ pub fn bench_msm(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<MsmTim
             stages_ms,
             consistent,
             workspace_bytes,
+            result: first,
         });
     }
     let freed = [ws.free(), out.free(), bases.free()];

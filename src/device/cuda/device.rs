@@ -1,0 +1,724 @@
+//! `CudaDevice`: the [`Device`] trait on a real GPU. The witness map and the four G1
+//! MSMs run as kernels; B_G2 and the assembly stay on the CPU (the pipeline's finish).
+//!
+//! Each worker owns one CUDA stream. Its pre-stage upload and its kernels are ordered
+//! on that stream, so an upload made under mem overlaps the compute holder's kernels on
+//! *its* stream, and the kernels wait for their own upload by stream order, no event or
+//! device-wide sync needed. Calls made under mem (`alloc`, `upload`) never wait on other
+//! streams: allocations are `cuMemAlloc`/`cuMemAllocAsync` or an arena slot, and
+//! uploads are async copies. Frees happen only under compute (see `Device::free`).
+
+use std::time::Instant;
+
+use ark_bls12_381::G1Projective;
+use cudarc::driver::{sys, CudaStream};
+
+use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
+use super::layout::{fr_as_dev, DevFr, DevG1Xyzz};
+use super::msm::{self, DeviceBases, DeviceScalars, MsmWorkspace, ScalarsRef, SplitScalars};
+use super::witness_map::witness_map;
+use crate::audit::Audit;
+use crate::device::{
+    AllocSite, AllocStrategy, Device, DeviceError, FaultPlan, Footprint, G1Results, MemInfo,
+    PartitionInputs, Shape, Stage, WorkerId,
+};
+use crate::sync::{Arc, Mutex};
+use crate::ProvingKey;
+
+const FR_BYTES: u64 = 32;
+const RESULTS: usize = 4;
+
+impl From<CudaError> for DeviceError {
+    fn from(e: CudaError) -> Self {
+        match e {
+            CudaError::Oom { requested, free } => DeviceError::Oom { requested, free },
+            CudaError::InvalidInput(m) => DeviceError::InvalidInput(m),
+            CudaError::NoDriver | CudaError::NoDevice { .. } => {
+                DeviceError::NoDevice(e.to_string())
+            }
+            other => DeviceError::Driver(other.to_string()),
+        }
+    }
+}
+
+fn kernel_err(stage: Stage) -> impl Fn(CudaError) -> DeviceError {
+    move |e| match e {
+        CudaError::Oom { requested, free } => DeviceError::Oom { requested, free },
+        other => DeviceError::Kernel {
+            stage,
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Per-stream bookkeeping: who owns it, kernels not yet observed by a sync, and bytes
+/// held (live sets, and stream-ordered frees not yet completed).
+#[derive(Debug, Default)]
+struct Book {
+    owner: Option<WorkerId>,
+    kernels_in_flight: usize,
+    owned: u64,
+    pending: u64,
+}
+
+/// One preallocated arena slot.
+struct Slot {
+    bufs: Buffers,
+}
+
+struct Buffers {
+    a: DeviceBuffer<DevFr>,
+    b: DeviceBuffer<DevFr>,
+    c: DeviceBuffer<DevFr>,
+    msm: MsmWorkspace,
+    out: DeviceBuffer<DevG1Xyzz>,
+}
+
+impl Buffers {
+    fn alloc(
+        gpu: &Gpu,
+        s: &Arc<CudaStream>,
+        shape: &Shape,
+        fp: Footprint,
+        kind: AllocKind,
+    ) -> Result<Self, CudaError> {
+        let n = shape.domain_size;
+        let alloc = |len| match kind {
+            AllocKind::Sync => gpu.alloc_sync::<DevFr>(s, len),
+            AllocKind::StreamOrdered => gpu.alloc_async::<DevFr>(s, len),
+        };
+        let (a, b, c) = (alloc(n)?, alloc(n)?, alloc(n)?);
+        let max = n.max(shape.num_scalars);
+        let msm = MsmWorkspace::with_windows_per_pass(gpu, s, max, windows_per_pass(fp), kind)?;
+        let out = match kind {
+            AllocKind::Sync => gpu.alloc_sync::<DevG1Xyzz>(s, RESULTS)?,
+            AllocKind::StreamOrdered => gpu.alloc_async::<DevG1Xyzz>(s, RESULTS)?,
+        };
+        Ok(Buffers { a, b, c, msm, out })
+    }
+
+    fn free(self) -> Result<(), CudaError> {
+        [
+            self.a.free(),
+            self.b.free(),
+            self.c.free(),
+            self.msm.free(),
+            self.out.free(),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
+fn windows_per_pass(fp: Footprint) -> Option<u32> {
+    match fp {
+        Footprint::Full => None,
+        // The small-card footprint: one window's digits, sort and buckets at a time.
+        Footprint::Chunked => Some(1),
+    }
+}
+
+/// A worker's stream on a [`CudaDevice`].
+pub struct CudaWorkerStream {
+    id: usize,
+    owner: WorkerId,
+    stream: Arc<CudaStream>,
+}
+
+/// A working set: device buffers plus the host-side split of the scalars.
+pub struct CudaWorkingSet {
+    bufs: Buffers,
+    bytes: u64,
+    arena: bool,
+    split_all: Option<SplitScalars>,
+    split_aux: Option<SplitScalars>,
+    ran: [bool; RESULTS],
+}
+
+/// A proving key's G1 bases resident on the device.
+pub struct CudaKey {
+    h: DeviceBases,
+    l: DeviceBases,
+    a: DeviceBases,
+    b_g1: DeviceBases,
+}
+
+impl CudaKey {
+    pub fn bytes(&self) -> u64 {
+        self.h.bytes() + self.l.bytes() + self.a.bytes() + self.b_g1.bytes()
+    }
+
+    pub fn free(self) -> Result<(), CudaError> {
+        [
+            self.h.free(),
+            self.l.free(),
+            self.a.free(),
+            self.b_g1.free(),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
+/// One GPU as a pipeline device.
+pub struct CudaDevice {
+    gpu: Arc<Gpu>,
+    strategy: AllocStrategy,
+    faults: FaultPlan,
+    audit: Option<Arc<Audit>>,
+    books: Mutex<Vec<Book>>,
+    arena: Mutex<Vec<Slot>>,
+    /// VRAM held on purpose to squeeze the device (stress), freed on drop.
+    ballast: Mutex<Option<DeviceBuffer<u8>>>,
+    /// Free VRAM after [`CudaDevice::mark_baseline`], for the leak check.
+    baseline_free: Mutex<Option<u64>>,
+}
+
+/// What a key and one full working set really take on a device: the drop in free
+/// memory when they are allocated, so allocation granularity and pool rounding count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MeasuredFootprint {
+    pub key: u64,
+    pub working_set: u64,
+}
+
+impl CudaDevice {
+    pub fn new(ordinal: usize, strategy: AllocStrategy) -> Result<Self, DeviceError> {
+        Self::build(ordinal, strategy, FaultPlan::none(), None)
+    }
+
+    pub fn build(
+        ordinal: usize,
+        strategy: AllocStrategy,
+        faults: FaultPlan,
+        audit: Option<Arc<Audit>>,
+    ) -> Result<Self, DeviceError> {
+        Ok(Self {
+            gpu: Arc::new(Gpu::new(ordinal)?),
+            strategy,
+            faults,
+            audit,
+            books: Mutex::new(Vec::new()),
+            arena: Mutex::new(Vec::new()),
+            ballast: Mutex::new(None),
+            baseline_free: Mutex::new(None),
+        })
+    }
+
+    /// Loads every kernel module and the NTT twiddle tables now, so that these
+    /// per-context caches are not allocated later inside a squeezed region.
+    pub fn warm_up(&self) -> Result<(), DeviceError> {
+        for (name, _) in super::kernels::FATBINS {
+            self.gpu.module(name)?;
+        }
+        let s = self.gpu.new_stream()?;
+        let mut tiny = self.gpu.alloc_sync::<DevFr>(&s, 2)?;
+        self.gpu.poison(&s, &mut tiny)?;
+        super::ntt::ntt(&self.gpu, &s, &mut tiny, super::ntt::NttKind::Forward)?;
+        self.gpu.sync(&s, "warm-up")?;
+        tiny.free()?;
+        Ok(())
+    }
+
+    /// Synchronizes the device and trims the default pool to zero, so `mem_info`
+    /// shows what is really held. Not a worker's call: used between batches only.
+    pub fn settle(&self) -> Result<(), DeviceError> {
+        self.gpu.context().synchronize().map_err(CudaError::from)?;
+        self.trim_default_pool()
+    }
+
+    /// Measures the key's and one working set's real VRAM use for `shape`.
+    pub fn measure(
+        &self,
+        pk: &Arc<ProvingKey>,
+        shape: &Shape,
+    ) -> Result<MeasuredFootprint, DeviceError> {
+        self.warm_up()?;
+        let free = || -> Result<u64, DeviceError> {
+            self.settle()?;
+            Ok(self.gpu.mem_info()?.0)
+        };
+        let before = free()?;
+        let key = self.load_key(pk)?;
+        let with_key = free()?;
+        let s = self.gpu.new_stream()?;
+        let bufs = Buffers::alloc(&self.gpu, &s, shape, Footprint::Full, self.alloc_kind())?;
+        self.gpu.sync(&s, "measure")?;
+        let with_set = self.gpu.mem_info()?.0;
+        bufs.free()?;
+        key.free()?;
+        self.settle()?;
+        Ok(MeasuredFootprint {
+            key: before.saturating_sub(with_key),
+            working_set: with_key.saturating_sub(with_set),
+        })
+    }
+
+    /// Records the current free VRAM (after a settle) as the level a batch must
+    /// return to.
+    pub fn mark_baseline(&self) -> Result<(), DeviceError> {
+        self.warm_up()?;
+        self.settle()?;
+        *self.baseline_free.lock() = Some(self.gpu.mem_info()?.0);
+        Ok(())
+    }
+
+    /// Bytes of VRAM missing against the baseline after a settle (0 without one).
+    pub fn vram_leaked(&self) -> Result<u64, DeviceError> {
+        let Some(baseline) = *self.baseline_free.lock() else {
+            return Ok(0);
+        };
+        self.settle()?;
+        Ok(baseline.saturating_sub(self.gpu.mem_info()?.0))
+    }
+
+    fn trim_default_pool(&self) -> Result<(), DeviceError> {
+        self.gpu
+            .context()
+            .bind_to_thread()
+            .map_err(CudaError::from)?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: queries the default pool of this context's device, then trims it.
+        unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut pool, self.gpu.ordinal() as i32)
+                .result()
+                .map_err(CudaError::from)?;
+            sys::cuMemPoolTrimTo(pool, 0)
+                .result()
+                .map_err(CudaError::from)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a CUDA driver and at least one device are present (never panics).
+    pub fn count() -> usize {
+        // SAFETY: only tries to dlopen the driver library.
+        if !unsafe { sys::is_culib_present() } {
+            return 0;
+        }
+        cudarc::driver::CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Holds VRAM so that `leave` bytes stay free (a squeeze); `None` releases it.
+    pub fn squeeze_to(&self, leave: Option<u64>) -> Result<(), DeviceError> {
+        let mut ballast = self.ballast.lock();
+        if let Some(b) = ballast.take() {
+            b.free()?;
+        }
+        let Some(leave) = leave else { return Ok(()) };
+        let (free, _) = self.gpu.mem_info()?;
+        let take = free.saturating_sub(leave);
+        if take > 0 {
+            *ballast = Some(
+                self.gpu
+                    .alloc_sync::<u8>(self.gpu.default_stream(), take as usize)?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Faults injected so far.
+    pub fn faults_injected(&self) -> usize {
+        self.faults.injected()
+    }
+
+    /// Bytes still held by working sets and uncompleted frees, over all streams.
+    pub fn working_bytes(&self) -> u64 {
+        self.books.lock().iter().map(|b| b.owned + b.pending).sum()
+    }
+
+    fn alloc_kind(&self) -> AllocKind {
+        match self.strategy {
+            AllocStrategy::Pool => AllocKind::StreamOrdered,
+            AllocStrategy::Sync | AllocStrategy::Arena => AllocKind::Sync,
+        }
+    }
+
+    fn launch(&self, s: &CudaWorkerStream, stage: Stage) -> Result<(), DeviceError> {
+        if self.faults.on_launch(stage) {
+            return Err(DeviceError::Kernel {
+                stage,
+                reason: "injected fault".into(),
+            });
+        }
+        if stage != Stage::Upload {
+            self.books.lock()[s.id].kernels_in_flight += 1;
+        }
+        Ok(())
+    }
+
+    /// Audits a device-global call by `caller`.
+    fn global(&self, caller: &CudaWorkerStream, what: &'static str) {
+        if let Some(audit) = &self.audit {
+            let busy = self
+                .books
+                .lock()
+                .iter()
+                .enumerate()
+                .filter(|(i, b)| *i != caller.id && b.kernels_in_flight > 0)
+                .filter_map(|(_, b)| b.owner)
+                .collect();
+            audit.global_call(caller.owner, what, busy);
+        }
+    }
+
+    fn stream_synced(&self, s: &CudaWorkerStream) {
+        let mut books = self.books.lock();
+        books[s.id].kernels_in_flight = 0;
+        books[s.id].pending = 0;
+    }
+
+    fn release(
+        &self,
+        s: &CudaWorkerStream,
+        ws: CudaWorkingSet,
+        synced: bool,
+    ) -> Result<(), DeviceError> {
+        let bytes = ws.bytes;
+        let freed = if ws.arena {
+            self.arena.lock().push(Slot { bufs: ws.bufs });
+            Ok(())
+        } else {
+            if self.strategy == AllocStrategy::Sync {
+                // cuMemFree synchronizes the device.
+                self.global(s, "cuMemFree");
+            }
+            ws.bufs.free()
+        };
+        {
+            let mut books = self.books.lock();
+            let b = &mut books[s.id];
+            b.owned = b.owned.saturating_sub(bytes);
+            if self.strategy == AllocStrategy::Pool && !ws.arena {
+                b.pending += bytes;
+            }
+        }
+        freed?;
+        if synced && self.strategy == AllocStrategy::Pool {
+            // The stream-ordered frees complete, and (release threshold 0) return to the
+            // device, at this sync of the worker's own stream.
+            self.sync_stream(s)?;
+        }
+        Ok(())
+    }
+}
+
+impl Device for CudaDevice {
+    type Stream = CudaWorkerStream;
+    type WorkingSet = CudaWorkingSet;
+    type Key = CudaKey;
+
+    fn describe(&self) -> String {
+        format!(
+            "{} #{} ({:.0} GiB, {})",
+            self.gpu.name(),
+            self.gpu.ordinal(),
+            self.gpu.total_mem() as f64 / (1u64 << 30) as f64,
+            self.strategy
+        )
+    }
+
+    fn strategy(&self) -> AllocStrategy {
+        self.strategy
+    }
+
+    fn memory(&self) -> Result<MemInfo, DeviceError> {
+        let (free, total) = self.gpu.mem_info()?;
+        Ok(MemInfo { free, total })
+    }
+
+    fn create_stream(&self, owner: WorkerId) -> Result<CudaWorkerStream, DeviceError> {
+        let stream = self.gpu.new_stream()?;
+        let mut books = self.books.lock();
+        books.push(Book {
+            owner: Some(owner),
+            ..Default::default()
+        });
+        Ok(CudaWorkerStream {
+            id: books.len() - 1,
+            owner,
+            stream,
+        })
+    }
+
+    fn load_key(&self, pk: &Arc<ProvingKey>) -> Result<CudaKey, DeviceError> {
+        let s = self.gpu.default_stream();
+        let up = |pts| DeviceBases::upload(&self.gpu, s, pts, AllocKind::Sync);
+        Ok(CudaKey {
+            h: up(&pk.h_query)?,
+            l: up(&pk.l_query)?,
+            a: up(&pk.a_query)?,
+            b_g1: up(&pk.b_g1_query)?,
+        })
+    }
+
+    fn working_set_bytes(&self, shape: &Shape, footprint: Footprint) -> u64 {
+        let n = shape.domain_size as u64;
+        let max = shape.domain_size.max(shape.num_scalars);
+        3 * n * FR_BYTES
+            + MsmWorkspace::bytes_needed_with(max, windows_per_pass(footprint))
+            + (RESULTS * std::mem::size_of::<DevG1Xyzz>()) as u64
+    }
+
+    fn reserve_arena(&self, _slot_bytes: u64, _slots: usize) -> Result<usize, DeviceError> {
+        // The arena needs the shape, not just bytes: slots are made by `reserve_slots`.
+        Ok(0)
+    }
+
+    fn release_arena(&self) -> Result<(), DeviceError> {
+        let slots = std::mem::take(&mut *self.arena.lock());
+        // Free every slot even if one fails; report the first failure.
+        let mut first = Ok(());
+        for slot in slots {
+            if let (Err(e), Ok(())) = (slot.bufs.free(), &first) {
+                first = Err(e.into());
+            }
+        }
+        first
+    }
+
+    fn alloc(
+        &self,
+        stream: &CudaWorkerStream,
+        shape: &Shape,
+        footprint: Footprint,
+        site: AllocSite,
+    ) -> Result<CudaWorkingSet, DeviceError> {
+        let bytes = self.working_set_bytes(shape, footprint);
+        let total = self.gpu.total_mem();
+        if bytes > total {
+            return Err(DeviceError::TooLarge {
+                needed: bytes,
+                total,
+            });
+        }
+        if self.faults.on_alloc(site) {
+            let free = self.gpu.mem_info().map(|(f, _)| f).unwrap_or(0);
+            return Err(DeviceError::Oom {
+                requested: bytes,
+                free,
+            });
+        }
+        let (bufs, arena) = match self.strategy {
+            AllocStrategy::Arena => {
+                let slot = self.arena.lock().pop();
+                match slot {
+                    Some(slot) => (slot.bufs, true),
+                    // First use: the arena grows one slot at a time up to its need.
+                    None => (
+                        Buffers::alloc(
+                            &self.gpu,
+                            &stream.stream,
+                            shape,
+                            footprint,
+                            AllocKind::Sync,
+                        )?,
+                        true,
+                    ),
+                }
+            }
+            _ => (
+                Buffers::alloc(
+                    &self.gpu,
+                    &stream.stream,
+                    shape,
+                    footprint,
+                    self.alloc_kind(),
+                )?,
+                false,
+            ),
+        };
+        self.books.lock()[stream.id].owned += bytes;
+        Ok(CudaWorkingSet {
+            bufs,
+            bytes,
+            arena,
+            split_all: None,
+            split_aux: None,
+            ran: [false; RESULTS],
+        })
+    }
+
+    fn free(&self, stream: &CudaWorkerStream, ws: CudaWorkingSet) -> Result<(), DeviceError> {
+        self.release(stream, ws, true)
+    }
+
+    fn upload(
+        &self,
+        stream: &CudaWorkerStream,
+        ws: &mut CudaWorkingSet,
+        inputs: &PartitionInputs,
+    ) -> Result<(), DeviceError> {
+        self.launch(stream, Stage::Upload)?;
+        let n = ws.bufs.a.len();
+        if inputs.a.len() != n || inputs.b.len() != n || inputs.c.len() != n {
+            return Err(DeviceError::InvalidInput(format!(
+                "a, b, c have {}, {}, {} values for a domain of {n}",
+                inputs.a.len(),
+                inputs.b.len(),
+                inputs.c.len()
+            )));
+        }
+        let s = &stream.stream;
+        // Async copies from pageable memory: staged before each call returns; ordered
+        // before this worker's kernels by its stream.
+        s.memcpy_htod(fr_as_dev(&inputs.a), &mut ws.bufs.a)
+            .map_err(CudaError::from)?;
+        s.memcpy_htod(fr_as_dev(&inputs.b), &mut ws.bufs.b)
+            .map_err(CudaError::from)?;
+        s.memcpy_htod(fr_as_dev(&inputs.c), &mut ws.bufs.c)
+            .map_err(CudaError::from)?;
+        self.gpu.poison(s, &mut ws.bufs.out)?;
+        let aux = inputs.scalars.get(inputs.aux_start..).unwrap_or(&[]);
+        ws.split_all = Some(SplitScalars::from_classes(
+            &inputs.classes,
+            &inputs.scalars,
+        )?);
+        ws.split_aux = Some(SplitScalars::from_classes(
+            &inputs.classes.suffix(inputs.aux_start),
+            aux,
+        )?);
+        ws.ran = [false; RESULTS];
+        Ok(())
+    }
+
+    fn witness_map(
+        &self,
+        stream: &CudaWorkerStream,
+        ws: &mut CudaWorkingSet,
+    ) -> Result<(), DeviceError> {
+        if ws.split_all.is_none() {
+            return Err(DeviceError::InvalidInput(
+                "witness map before upload".into(),
+            ));
+        }
+        self.launch(stream, Stage::WitnessMap)?;
+        let b = &mut ws.bufs;
+        witness_map(&self.gpu, &stream.stream, &mut b.a, &mut b.b, &mut b.c)
+            .map_err(kernel_err(Stage::WitnessMap))
+    }
+
+    fn msm(
+        &self,
+        stream: &CudaWorkerStream,
+        ws: &mut CudaWorkingSet,
+        key: &CudaKey,
+        job: Stage,
+    ) -> Result<(), DeviceError> {
+        let (Some(all), Some(aux)) = (&ws.split_all, &ws.split_aux) else {
+            return Err(DeviceError::InvalidInput("MSM before upload".into()));
+        };
+        self.launch(stream, job)?;
+        let (g, s, b) = (&*self.gpu, &stream.stream, &mut ws.bufs);
+        let e = kernel_err(job);
+        let slot = match job {
+            Stage::MsmH => {
+                let n = b.a.len().min(key.h.len());
+                let h = DeviceScalars::new(&b.a, 0..n).map_err(&e)?;
+                msm::msm_enqueue(
+                    g,
+                    s,
+                    &mut b.msm,
+                    key.h.view(),
+                    ScalarsRef::Device(h),
+                    &mut b.out,
+                    0,
+                )
+                .map_err(&e)?;
+                0
+            }
+            Stage::MsmL => {
+                msm::msm_split_enqueue(g, s, &mut b.msm, key.l.view(), aux, &mut b.out, 1)
+                    .map_err(&e)?;
+                1
+            }
+            Stage::MsmA | Stage::MsmBG1 => {
+                let (bases, slot) = if job == Stage::MsmA {
+                    (&key.a, 2)
+                } else {
+                    (&key.b_g1, 3)
+                };
+                let view = bases.slice(1..bases.len().max(1)).map_err(&e)?;
+                msm::msm_split_enqueue(g, s, &mut b.msm, view, all, &mut b.out, slot)
+                    .map_err(&e)?;
+                slot
+            }
+            other => {
+                return Err(DeviceError::InvalidInput(format!(
+                    "{other:?} is not an MSM job"
+                )))
+            }
+        };
+        ws.ran[slot] = true;
+        Ok(())
+    }
+
+    fn sync_stream(&self, stream: &CudaWorkerStream) -> Result<(), DeviceError> {
+        let r = self.gpu.sync(&stream.stream, "worker stream");
+        self.stream_synced(stream);
+        r.map_err(|e| DeviceError::Kernel {
+            stage: Stage::WitnessMap,
+            reason: format!("asynchronous error on the worker's stream: {e}"),
+        })
+    }
+
+    fn results(
+        &self,
+        stream: &CudaWorkerStream,
+        ws: &CudaWorkingSet,
+    ) -> Result<G1Results, DeviceError> {
+        if let Some(i) = ws.ran.iter().position(|r| !r) {
+            return Err(DeviceError::InvalidInput(format!(
+                "{} was never run",
+                Stage::MSMS[i].name()
+            )));
+        }
+        let p: Vec<G1Projective> = msm::read_points(&self.gpu, &stream.stream, &ws.bufs.out)?;
+        Ok(G1Results {
+            h: p[0],
+            l: p[1],
+            a: p[2],
+            b_g1: p[3],
+        })
+    }
+
+    fn sync_device(&self, caller: &CudaWorkerStream) -> Result<(), DeviceError> {
+        self.global(caller, "cuCtxSynchronize");
+        self.gpu.context().synchronize().map_err(CudaError::from)?;
+        let mut books = self.books.lock();
+        for b in books.iter_mut() {
+            b.kernels_in_flight = 0;
+            b.pending = 0;
+        }
+        Ok(())
+    }
+
+    fn trim_pool(&self, caller: &CudaWorkerStream) -> Result<(), DeviceError> {
+        self.global(caller, "cuMemPoolTrimTo");
+        let started = Instant::now();
+        self.trim_default_pool()?;
+        tracing::trace!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "pool trimmed"
+        );
+        Ok(())
+    }
+
+    fn outstanding_bytes(&self, stream: &CudaWorkerStream) -> u64 {
+        let books = self.books.lock();
+        books[stream.id].owned + books[stream.id].pending
+    }
+
+    #[cfg(any(twolock_loom, feature = "bad-designs"))]
+    fn flawed_free_unsynced(
+        &self,
+        stream: &CudaWorkerStream,
+        ws: CudaWorkingSet,
+    ) -> Result<(), DeviceError> {
+        self.release(stream, ws, false)
+    }
+}
