@@ -31,6 +31,7 @@ const HOW_TO_GET_NVCC: &str = "feature `cuda` needs nvcc 13.0 (the GPU machine's
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    peer_sppark::build(); // feature `peer-sppark` only; see the section at the end
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
@@ -154,4 +155,144 @@ fn compile(
         }
     }
     (module, fatbin)
+}
+
+// ---------------------------------------------------------------------------------------
+// Feature `peer-sppark`: sppark's CUDA MSM and NTT as a benchmark peer.
+//
+// A no-op unless CARGO_FEATURE_PEER_SPPARK is set. Compiles `cuda/peer/sppark.cu` (the
+// extern "C" glue that `src/peer.rs` wraps) with the `cc` crate and nvcc into a static
+// library linked into the crate, with the CUDA runtime linked statically
+// (`libcudart_static.a`), so the binaries need no libcudart.so at run time: only the
+// driver's libcuda.so, which the runtime loads itself. Independent of the fatbin build
+// above: the peer is host-callable C++ with its own kernels, not a module for cudarc.
+// ---------------------------------------------------------------------------------------
+mod peer_sppark {
+    use std::env;
+    use std::path::{Path, PathBuf};
+
+    /// SASS for H100/H200 plus compute_90 PTX, as the brief for the peer asks.
+    const PEER_GENCODE: &[&str] = &[
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_90,code=compute_90",
+    ];
+
+    pub fn build() {
+        if env::var_os("CARGO_FEATURE_PEER_SPPARK").is_none() {
+            return;
+        }
+        println!("cargo:rerun-if-changed=cuda/peer");
+        for var in ["NVCC", "CUDA_HOME"] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+
+        let nvcc = super::find_nvcc().unwrap_or_else(|| panic!("{}", super::HOW_TO_GET_NVCC));
+        // sppark's own build script compiles the GPU registry (`select_gpu` & co.) into
+        // libsppark_cuda.a only when it finds nvcc, and it looks only at $NVCC and PATH
+        // (not CUDA_HOME): without that the link fails with undefined `select_gpu`.
+        let nvcc_env_set = env::var_os("NVCC").is_some_and(|v| !v.is_empty());
+        let nvcc_on_path = env::var_os("PATH")
+            .is_some_and(|p| env::split_paths(&p).any(|d| d.join("nvcc").is_file()));
+        if !nvcc_env_set && !nvcc_on_path {
+            panic!(
+                "feature `peer-sppark`: found {} through CUDA_HOME, but sppark's build script \
+                 only looks at $NVCC and PATH; set NVCC={0}",
+                nvcc.display()
+            );
+        }
+
+        // Exported by the sppark and blst crates (`links = "sppark"` / `"blst"`).
+        let sppark_root = dep_dir("DEP_SPPARK_ROOT");
+        let blst_src = dep_dir("DEP_BLST_C_SRC");
+
+        // cc takes the CUDA compiler from $NVCC only; point it at the one found above.
+        // (Edition 2021: set_var is safe; no other thread is running at this point.)
+        env::set_var("NVCC", &nvcc);
+
+        let manifest =
+            PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+        let src = manifest.join("cuda").join("peer").join("sppark.cu");
+
+        let mut nvcc_build = cc::Build::new();
+        nvcc_build
+            .cuda(true)
+            .cudart("static")
+            // The release profile has debug = 1: cc would pass nvcc `-G`, which turns
+            // off device optimisation and would make the peer's timings meaningless.
+            .debug(false)
+            .opt_level(2)
+            .flag("-std=c++17")
+            .flag("-Xcompiler")
+            .flag("-Wno-unused-function")
+            .flag("-Xcompiler")
+            .flag("-Wno-unused-parameter")
+            .flag("-Xcompiler")
+            .flag("-Wno-subobject-linkage")
+            .define("FEATURE_BLS12_381", None)
+            .define("TAKE_RESPONSIBILITY_FOR_ERROR_MESSAGE", None)
+            .include(&sppark_root)
+            .include(&blst_src)
+            .file(&src);
+        for flag in PEER_GENCODE {
+            nvcc_build.flag(flag);
+        }
+        // sppark's host-side field type (blst_t.hpp) calls blst's assembly. The blst
+        // crate builds only the mulx (ADX) entry points when it defines __ADX__, and
+        // the rest otherwise: follow the same decision, or the link fails.
+        if blst_defines_adx() {
+            nvcc_build.define("__ADX__", None);
+        }
+        nvcc_build.compile("twolock_sppark_peer");
+
+        // libcudart_static.a needs these on older glibc (on glibc >= 2.34 they are
+        // empty stubs and --as-needed drops them).
+        for lib in ["dl", "rt", "pthread"] {
+            println!("cargo:rustc-link-lib=dylib={lib}");
+        }
+    }
+
+    fn dep_dir(var: &str) -> PathBuf {
+        let dir = env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+            panic!("feature `peer-sppark`: {var} is not set (is the dependency enabled?)")
+        });
+        if !Path::new(&dir).is_dir() {
+            panic!(
+                "feature `peer-sppark`: {var}={} is not a directory",
+                dir.display()
+            );
+        }
+        dir
+    }
+
+    /// The blst crate's (0.3.17) rule for defining __ADX__ on x86_64, for a build
+    /// without its `portable` / `force-adx` features (this crate enables neither).
+    fn blst_defines_adx() -> bool {
+        if env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("x86_64") {
+            return false;
+        }
+        if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("sgx") {
+            return true;
+        }
+        if env::var("CARGO_ENCODED_RUSTFLAGS")
+            .unwrap_or_default()
+            .contains("target-cpu=")
+        {
+            let features = env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+            let features: Vec<&str> = features.split(',').collect();
+            return features.contains(&"ssse3") && features.contains(&"adx");
+        }
+        host_has_adx()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn host_has_adx() -> bool {
+        std::is_x86_feature_detected!("adx")
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn host_has_adx() -> bool {
+        false
+    }
 }

@@ -15,6 +15,8 @@ pub mod device;
 pub mod error;
 pub mod golden;
 pub mod keys;
+#[cfg(feature = "peer-sppark")]
+pub mod peer;
 pub mod prover;
 pub mod reference;
 pub mod stress;

@@ -126,7 +126,7 @@ fn sizes_out_of_range_are_typed_errors() {
 }
 
 #[test]
-fn unbuilt_subcommands_say_so_and_fail() {
+fn cuda_commands_without_cuda_say_so_and_fail() {
     #[cfg(not(feature = "cuda"))]
     {
         assert_fails_with(&twolock(&["bench", "ntt"]), "CUDA");

@@ -305,8 +305,8 @@ fn resolve(kind: DeviceKind) -> Result<DeviceKind, Error> {
             "--device cuda: no CUDA driver or no GPU on this machine (use --device sim)".into(),
         )),
         DeviceKind::Cuda => Err(Error::Usage(
-            "--device cuda: this binary was built without the `cuda` feature \
-             (cargo run --release --features cuda -- ...)"
+            "--device cuda: this binary was built without CUDA support \
+             (rebuild with the `cuda` feature: cargo run --release --features cuda -- ...)"
                 .into(),
         )),
     }
