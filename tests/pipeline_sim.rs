@@ -259,3 +259,43 @@ fn every_bad_design_is_flagged(
     };
     assert!(flagged, "{flaw:?} was not flagged: violations {v:?}");
 }
+
+/// N ∈ {2, 4} devices with one pair of locks each: every device proves a share, and a
+/// squeeze on device 0 alone makes device 0 (and only it) fall back.
+#[rstest]
+fn squeeze_on_one_device_falls_back_there_only(#[values(2, 4)] n: usize) {
+    use twolock::prover::timeline::Phase;
+    let w = workload(Family::Boolean, 6, 4 * n);
+    let mut devices = vec![SimDevice::new(capacity(&w, 1.0, AllocStrategy::Pool))];
+    devices.extend((1..n).map(|_| SimDevice::new(capacity(&w, 3.0, AllocStrategy::Pool))));
+    let run = Pipeline::new(devices, PipelineConfig::default())
+        .prove_batch(w.batch(&RsSource::Seeded(9)).unwrap());
+    assert!(run.locks_released);
+    let batch = w.batch(&RsSource::Seeded(9)).unwrap();
+    for (i, p) in run.results.iter().enumerate() {
+        let p = p.as_ref().unwrap_or_else(|e| panic!("partition {i}: {e}"));
+        assert_eq!(w.check(&batch, i, p).unwrap(), Check::Verified);
+    }
+    let spans = run.timeline.spans();
+    let fallbacks_on = |d: usize| {
+        spans
+            .iter()
+            .filter(|s| s.phase == Phase::Fallback && s.worker.device == d)
+            .count()
+    };
+    let computed_on = |d: usize| {
+        spans
+            .iter()
+            .filter(|s| s.phase == Phase::ComputeHold && s.worker.device == d)
+            .count()
+    };
+    assert!(fallbacks_on(0) > 0, "the squeezed device never fell back");
+    for d in 1..n {
+        assert_eq!(
+            fallbacks_on(d),
+            0,
+            "device {d} fell back with room for 3 sets"
+        );
+        assert!(computed_on(d) > 0, "device {d} proved nothing");
+    }
+}
