@@ -300,6 +300,37 @@ pub fn run_scenario<D: StressDevice>(
     Ok(o)
 }
 
+/// Runs partition 0 of `w` through every device stage once (no locks, no checks), so
+/// that whatever a device allocates lazily on first use exists before a baseline of
+/// free memory is taken.
+pub fn prime<D: Device>(device: &D, w: &Workload) -> Result<(), Error> {
+    use crate::device::WorkerId;
+    let z = w
+        .assignments
+        .first()
+        .ok_or_else(|| Error::Usage("a workload without partitions".into()))?;
+    let key = device.load_key(&Arc::new(w.key.pk.clone()))?;
+    let stream = device.create_stream(WorkerId {
+        device: 0,
+        worker: 0,
+    })?;
+    let shape = prep::shape(&w.matrices)?;
+    let inputs = prep::prepare(&w.matrices, z)?;
+    let mut ws = device.alloc(&stream, &shape, Footprint::Full, AllocSite::PreStage)?;
+    let mut run = || -> Result<(), crate::device::DeviceError> {
+        device.upload(&stream, &mut ws, &inputs)?;
+        device.witness_map(&stream, &mut ws)?;
+        for job in Stage::MSMS {
+            device.msm(&stream, &mut ws, &key, job)?;
+        }
+        device.sync_stream(&stream)
+    };
+    let ran = run();
+    device.free(&stream, ws)?;
+    ran?;
+    Ok(())
+}
+
 /// Bytes of one full working set for `w` on `device`.
 pub fn working_set_bytes<D: Device>(device: &D, w: &Workload) -> Result<u64, Error> {
     let shape = prep::shape(&w.matrices)?;
@@ -376,6 +407,9 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         w: &Workload,
     ) -> Result<Self, Error> {
         use crate::device::{cuda::CudaDevice, AllocStrategy};
+        // A throwaway device proves one partition first: the context grows resources on
+        // first use (kernel local memory and the like) that belong in the baseline.
+        prime(&CudaDevice::new(0, AllocStrategy::Pool)?, w)?;
         let d = CudaDevice::build(0, AllocStrategy::Pool, faults, Some(audit))?;
         if let Some(k) = sets {
             let shape = prep::shape(&w.matrices)?;

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
@@ -206,10 +207,18 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // Whether `stress` was given --log (its CUDA default differs, see stress_cmd).
+    let log_given = matches
+        .subcommand_matches("stress")
+        .is_some_and(|m| m.value_source("log_constraints") == Some(ValueSource::CommandLine));
     let result = match cli.command {
         Command::Prove(a) => prove(a),
-        Command::Stress(a) => stress_cmd(a),
+        Command::Stress(a) => stress_cmd(a, log_given),
         Command::Bench(a) => bench(a),
         Command::Pressure(a) => pressure(a),
     };
@@ -434,8 +443,13 @@ fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<
     })
 }
 
-fn stress_cmd(a: StressArgs) -> Result<ExitCode, Error> {
+fn stress_cmd(mut a: StressArgs, log_given: bool) -> Result<ExitCode, Error> {
     let kind = resolve(a.device)?;
+    if kind == DeviceKind::Cuda && !log_given {
+        // The CUDA pool grows in 32 MiB steps: a squeeze measured in working sets is
+        // only exact when a working set is well above that (2^14 constraints and up).
+        a.workload.log_constraints = 14;
+    }
     let mut wa = a.workload.clone();
     wa.partitions = wa.partitions.min(16);
     let w = build_workload(&wa)?;

@@ -169,7 +169,7 @@ pub struct CudaDevice {
     books: Mutex<Vec<Book>>,
     arena: Mutex<Vec<Slot>>,
     /// VRAM held on purpose to squeeze the device (stress), freed on drop.
-    ballast: Mutex<Option<DeviceBuffer<u8>>>,
+    ballast: Mutex<Vec<DeviceBuffer<u8>>>,
     /// Free VRAM after [`CudaDevice::mark_baseline`], for the leak check.
     baseline_free: Mutex<Option<u64>>,
 }
@@ -200,7 +200,7 @@ impl CudaDevice {
             audit,
             books: Mutex::new(Vec::new()),
             arena: Mutex::new(Vec::new()),
-            ballast: Mutex::new(None),
+            ballast: Mutex::new(Vec::new()),
             baseline_free: Mutex::new(None),
         })
     }
@@ -303,22 +303,35 @@ impl CudaDevice {
         &self.gpu
     }
 
-    /// Holds VRAM so that `leave` bytes stay free (a squeeze); `None` releases it.
+    /// Holds VRAM so that about `leave` bytes stay free (a squeeze); `None` releases
+    /// it. The ballast is taken in pieces of at most 4 GiB, halving a piece that does
+    /// not fit: one allocation of nearly all free memory fails even when `mem_info`
+    /// says it fits. What stays free is `leave` rounded up to the 2 MiB page.
     pub fn squeeze_to(&self, leave: Option<u64>) -> Result<(), DeviceError> {
+        const PAGE: u64 = 2 << 20;
+        const PIECE: u64 = 4 << 30;
         let mut ballast = self.ballast.lock();
-        if let Some(b) = ballast.take() {
+        for b in ballast.drain(..) {
             b.free()?;
         }
         let Some(leave) = leave else { return Ok(()) };
-        let (free, _) = self.gpu.mem_info()?;
-        let take = free.saturating_sub(leave);
-        if take > 0 {
-            *ballast = Some(
-                self.gpu
-                    .alloc_sync::<u8>(self.gpu.default_stream(), take as usize)?,
-            );
+        let mut piece = PIECE;
+        loop {
+            let (free, _) = self.gpu.mem_info()?;
+            let want = (free.saturating_sub(leave) / PAGE * PAGE).min(piece);
+            if want < PAGE {
+                return Ok(());
+            }
+            match self
+                .gpu
+                .alloc_sync::<u8>(self.gpu.default_stream(), want as usize)
+            {
+                Ok(b) => ballast.push(b),
+                Err(CudaError::Oom { .. }) if want > PAGE => piece = want / 2,
+                Err(CudaError::Oom { .. }) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
         }
-        Ok(())
     }
 
     /// Faults injected so far.
