@@ -105,6 +105,29 @@ pub fn witness_map_from_evaluations(mut a: Vec<Fr>, mut b: Vec<Fr>, mut c: Vec<F
     a
 }
 
+/// ark-groth16's proof alone (no intermediates): what every pipeline proof is checked
+/// against, at half the cost of [`prove`].
+pub fn proof(
+    pk: &ProvingKey,
+    m: &ConstraintMatrices,
+    z: &[Fr],
+    r: Fr,
+    s: Fr,
+) -> Result<Proof, ReferenceError> {
+    check_len(m, z)?;
+    Ok(
+        Groth16::<Curve, LibsnarkReduction>::create_proof_with_reduction_and_matrices(
+            pk,
+            r,
+            s,
+            &m.as_slice(),
+            m.num_instance_variables,
+            m.num_constraints,
+            z,
+        )?,
+    )
+}
+
 /// Proves with ark-groth16 and recomputes every intermediate alongside.
 pub fn prove(
     pk: &ProvingKey,
