@@ -129,6 +129,9 @@ struct ProveArgs {
     /// Write a Chrome trace-event JSON timeline (opens in Perfetto / chrome://tracing).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Write a Gantt picture (SVG): one lane per worker, lock holds coloured.
+    #[arg(long)]
+    gantt: Option<PathBuf>,
     /// Machine-readable output on stdout.
     #[arg(long)]
     json: bool,
@@ -394,6 +397,22 @@ fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<
             source,
         })?;
     }
+    if let Some(path) = &a.gantt {
+        let title = format!(
+            "{} x {} 2^{}, {}, {} workers/device on {}",
+            rows.len(),
+            w.spec.family,
+            w.spec.log_constraints,
+            a.pipeline.mode,
+            a.pipeline.workers,
+            names.join(", ")
+        );
+        let svg = twolock::prover::gantt::svg(&run.timeline.spans(), &title);
+        std::fs::write(path, svg).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    }
     let ok = rows
         .iter()
         .all(|(_, v)| v == "verified" || v.starts_with("matches"));
@@ -434,6 +453,9 @@ fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<
         );
         if let Some(p) = &a.trace {
             println!("trace written to {}", p.display());
+        }
+        if let Some(p) = &a.gantt {
+            println!("Gantt picture written to {}", p.display());
         }
     }
     Ok(if ok {

@@ -2,6 +2,7 @@
 //! partitions from one queue, each running the lock protocol of [`protocol`].
 
 pub mod flaws;
+pub mod gantt;
 pub mod locks;
 pub mod prep;
 mod protocol;
