@@ -566,8 +566,11 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
                     Ok(sim_devices(&pipeline, s))
                 })?,
             };
+            let pb = spinner("ark-groth16 on the same partitions");
+            let ark = twolock::bench::arkworks_baseline(&w, 20)?;
+            pb.finish_and_clear();
             if json {
-                println!("{:#}", serde_json::to_value(&rows).unwrap_or_default());
+                println!("{:#}", json!({ "configs": rows, "arkworks": ark }));
             } else {
                 let on = if kind == DeviceKind::Sim {
                     format!(
@@ -585,6 +588,18 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
                     pipeline.sim_cpu_ms
                 );
                 print!("{}", twolock::bench::prove_table(&rows));
+                let best = rows.iter().map(|r| r.throughput_per_s).fold(0.0, f64::max);
+                println!(
+                    "ark-groth16 on {} threads: {:.1} ms/partition ({}); best configuration {:.1}x its throughput",
+                    ark.threads,
+                    ark.ms_per_partition,
+                    if ark.extrapolated {
+                        format!("one partition, batch of {} extrapolated", w.assignments.len())
+                    } else {
+                        format!("all {} partitions", ark.measured)
+                    },
+                    best * ark.ms_per_partition / 1e3
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
