@@ -471,12 +471,15 @@ pub fn bench_ntt(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<NttTim
         let n = 1usize << log_n;
         let mut data = gpu.alloc_async::<DevFr>(&stream, n)?;
         let copy = gpu.alloc_async::<DevFr>(&stream, n)?;
-        // 0x11 bytes: a reduced scalar (timing does not depend on the values).
-        // SAFETY: fills live buffers on their stream.
-        unsafe {
-            result::memset_d8_async(data.raw(), 0x11, n * 32, stream.cu_stream())?;
-            result::memset_d8_async(copy.raw(), 0x11, n * 32, stream.cu_stream())?;
-        }
+        // The uniform scalars `bench ntt` gives the sppark peer too: the time does not
+        // depend on the values, but the two are compared on equal inputs.
+        let host: Vec<DevFr> = super::msm::random_scalars(n, u64::from(log_n))
+            .iter()
+            .map(fr_to_dev)
+            .collect();
+        stream.memcpy_htod(&host, &mut data)?;
+        // SAFETY: fills a live buffer on its stream (0x11 bytes: a reduced scalar).
+        unsafe { result::memset_d8_async(copy.raw(), 0x11, n * 32, stream.cu_stream())? };
         let mut times = Vec::with_capacity(runs);
         for run in 0..runs + 2 {
             let ms = time_on_stream(gpu, &stream, || {
