@@ -4,16 +4,27 @@
 #
 #   bash ci/gpu.sh [ARCHIVE_DIR]          # default .gpu-archive
 #
-# Steps: (1) the whole suite under --profile gpu (gpu_* serialized, JUnit written);
+# Steps: (1) the whole suite under --profile gpu, in two passes (tests that may share
+# the card, then those that squeeze it or measure its free memory), JUnit per pass;
 # (2) compute-sanitizer memcheck and racecheck on the small GPU cases;
 # (3) with TWOLOCK_GPU_BENCH=1, `twolock bench ntt` and `twolock bench msm`;
 # (4) with TWOLOCK_GPU_STRESS=1, `twolock stress --device cuda`.
+# TWOLOCK_GPU_BUNDLE=1 packs every output into $OUT/gpu-out.tar.gz.
 # Logs, the JUnit file and JSON reports go to $OUT (default target/gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ARCHIVE_DIR=${1:-.gpu-archive}
 OUT=${OUT:-target/gpu-out}
 mkdir -p "$OUT"
+# TWOLOCK_GPU_BUNDLE=1: everything goes into one $OUT/gpu-out.tar.gz (for runners that
+# collect only a few files), written even when the script is killed by a timeout.
+if [ "${TWOLOCK_GPU_BUNDLE:-0}" = 1 ]; then
+  FINAL_OUT=$OUT
+  OUT=$(mktemp -d)
+  bundle() { tar czf "$FINAL_OUT/gpu-out.tar.gz" -C "$OUT" . 2>/dev/null; }
+  trap bundle EXIT
+  trap 'bundle; exit 143' TERM INT
+fi
 NEXTEST="$ARCHIVE_DIR/cargo-nextest"
 ARCHIVE="$ARCHIVE_DIR/twolock-gpu.tar.zst"
 EXTRACT=target/gpu-extract
