@@ -73,7 +73,7 @@ pub fn evaluations(m: &ConstraintMatrices, z: &[Fr]) -> Result<Evaluations, Refe
         }
         v
     };
-    let (mut a, b, c) = (row(&m.a), row(&m.b), row(&m.c));
+    let (mut a, b, c) = (row(m.a()), row(m.b()), row(m.c()));
     let start = m.num_constraints;
     a[start..start + m.num_instance_variables].copy_from_slice(&z[..m.num_instance_variables]);
     Ok((a, b, c))
@@ -120,7 +120,7 @@ pub fn proof(
             pk,
             r,
             s,
-            &m.as_slice(),
+            m.as_slice(),
             m.num_instance_variables,
             m.num_constraints,
             z,
@@ -142,13 +142,13 @@ pub fn prove(
         pk,
         r,
         s,
-        &matrices,
+        matrices,
         m.num_instance_variables,
         m.num_constraints,
         z,
     )?;
     let h = LibsnarkReduction::witness_map_from_matrices::<Fr, GeneralEvaluationDomain<Fr>>(
-        &matrices,
+        matrices,
         m.num_instance_variables,
         m.num_constraints,
         z,

@@ -94,9 +94,9 @@ fn assert_matrices_eq(
 ) {
     assert_eq!(m.len(), 3);
     for (name, got, want) in [
-        ("A", &m[0], &fast.a),
-        ("B", &m[1], &fast.b),
-        ("C", &m[2], &fast.c),
+        ("A", &m[0], fast.a()),
+        ("B", &m[1], fast.b()),
+        ("C", &m[2], fast.c()),
     ] {
         assert_eq!(got.len(), want.len(), "{s:?}: {name} rows");
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
@@ -219,7 +219,7 @@ fn prove_and_verify(key: &KeyMaterial, witness_seed: u64) -> bool {
         &key.pk,
         r,
         s,
-        &m.as_slice(),
+        m.as_slice(),
         m.num_instance_variables,
         m.num_constraints,
         &z,

@@ -277,6 +277,6 @@ mod tests {
             .count();
         assert!(bits * 100 >= z.len() * 90, "{bits} of {}", z.len());
         // Packs are 32 bits wide once enough bits precede them.
-        assert_eq!(m.a[1023].len(), WORD);
+        assert_eq!(m.a()[1023].len(), WORD);
     }
 }

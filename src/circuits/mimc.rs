@@ -171,7 +171,7 @@ mod tests {
         let m = spec.constraints().unwrap();
         assert_eq!(m.num_constraints, 29);
         assert_eq!(m.num_witness_variables, 27);
-        assert_eq!(m.a[27], vec![(Fr::ONE, 29)]);
+        assert_eq!(m.a()[27], vec![(Fr::ONE, 29)]);
         let z = spec.assignment(1).unwrap();
         m.check(&z).unwrap();
         // The witness is full width: no value is 0 or 1.

@@ -248,9 +248,7 @@ impl CircuitSpec {
             Family::Sparse => sparse::matrices(self, &shape),
         };
         Ok(ConstraintMatrices {
-            a,
-            b,
-            c,
+            abc: vec![a, b, c],
             num_instance_variables: shape.num_instance_variables,
             num_witness_variables: shape.num_witness_variables,
             num_constraints: shape.num_constraints,
@@ -297,9 +295,9 @@ impl CircuitSpec {
 /// R1CS matrices with their variable counts, in ark-groth16's layout.
 #[derive(Clone, Debug)]
 pub struct ConstraintMatrices {
-    pub a: Matrix<Fr>,
-    pub b: Matrix<Fr>,
-    pub c: Matrix<Fr>,
+    /// `[A, B, C]`, held as the slice `create_proof_with_reduction_and_matrices` takes,
+    /// so that a reference proof borrows them instead of copying.
+    abc: Vec<Matrix<Fr>>,
     /// Instance variables, the constant one included.
     pub num_instance_variables: usize,
     pub num_witness_variables: usize,
@@ -307,15 +305,21 @@ pub struct ConstraintMatrices {
 }
 
 impl ConstraintMatrices {
-    /// `[a, b, c]` as `create_proof_with_reduction_and_matrices` takes them. Clones: for large
-    /// circuits prefer [`ConstraintMatrices::into_vec`].
-    pub fn as_slice(&self) -> Vec<Matrix<Fr>> {
-        vec![self.a.clone(), self.b.clone(), self.c.clone()]
+    /// `[A, B, C]` as `create_proof_with_reduction_and_matrices` takes them.
+    pub fn as_slice(&self) -> &[Matrix<Fr>] {
+        &self.abc
     }
 
-    /// `[a, b, c]` without a copy.
-    pub fn into_vec(self) -> Vec<Matrix<Fr>> {
-        vec![self.a, self.b, self.c]
+    pub fn a(&self) -> &Matrix<Fr> {
+        &self.abc[0]
+    }
+
+    pub fn b(&self) -> &Matrix<Fr> {
+        &self.abc[1]
+    }
+
+    pub fn c(&self) -> &Matrix<Fr> {
+        &self.abc[2]
     }
 
     /// All variables: instance (with the one) and witness.
@@ -353,9 +357,9 @@ impl ConstraintMatrices {
                 .sum()
         };
         let error_at = |constraint: usize| match (
-            eval(&self.a, constraint),
-            eval(&self.b, constraint),
-            eval(&self.c, constraint),
+            eval(self.a(), constraint),
+            eval(self.b(), constraint),
+            eval(self.c(), constraint),
         ) {
             (Ok(a), Ok(b), Ok(c)) => {
                 (a * b != c).then_some(CircuitError::Unsatisfied { constraint })
@@ -386,7 +390,7 @@ impl ConstraintMatrices {
         ] {
             h.update((n as u64).to_le_bytes());
         }
-        for m in [&self.a, &self.b, &self.c] {
+        for m in &self.abc {
             h.update((m.len() as u64).to_le_bytes());
             let chunk_digests: Vec<[u8; 32]> = m
                 .par_chunks(CHUNK_ROWS)

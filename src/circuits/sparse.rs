@@ -174,13 +174,14 @@ mod tests {
                 .unwrap();
             let m = spec.constraints().unwrap();
             m.check(&spec.assignment(5).unwrap()).unwrap();
-            let terms: usize = m.a.iter().chain(&m.b).map(Vec::len).sum();
+            let terms: usize = m.a().iter().chain(m.b()).map(Vec::len).sum();
             let mean = terms as f64 / (2 * m.num_constraints) as f64;
             assert!((mean - d as f64).abs() < 0.2, "density {d}: mean {mean}");
-            let repeats =
-                m.a.iter()
-                    .filter(|r| r.len() >= 2 && r[0].1 == r[r.len() - 1].1)
-                    .count();
+            let repeats = m
+                .a()
+                .iter()
+                .filter(|r| r.len() >= 2 && r[0].1 == r[r.len() - 1].1)
+                .count();
             assert_eq!(
                 repeats > 0,
                 d > 1,
