@@ -136,17 +136,8 @@ pub fn prove(
     r: Fr,
     s: Fr,
 ) -> Result<ReferenceProof, ReferenceError> {
-    check_len(m, z)?;
+    let proof = proof(pk, m, z, r, s)?;
     let matrices = m.as_slice();
-    let proof = Groth16::<Curve, LibsnarkReduction>::create_proof_with_reduction_and_matrices(
-        pk,
-        r,
-        s,
-        matrices,
-        m.num_instance_variables,
-        m.num_constraints,
-        z,
-    )?;
     let h = LibsnarkReduction::witness_map_from_matrices::<Fr, GeneralEvaluationDomain<Fr>>(
         matrices,
         m.num_instance_variables,

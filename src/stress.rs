@@ -411,6 +411,8 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         // first use (kernel local memory and the like) that belong in the baseline.
         prime(&CudaDevice::new(0, AllocStrategy::Pool)?, w)?;
         let d = CudaDevice::build(0, AllocStrategy::Pool, faults, Some(audit))?;
+        // This device's own caches (modules, twiddles), before any squeeze.
+        d.warm_up()?;
         if let Some(k) = sets {
             let shape = prep::shape(&w.matrices)?;
             let m = d.measure(&Arc::new(w.key.pk.clone()), &shape)?;

@@ -144,10 +144,6 @@ pub struct CudaKey {
 }
 
 impl CudaKey {
-    pub fn bytes(&self) -> u64 {
-        self.h.bytes() + self.l.bytes() + self.a.bytes() + self.b_g1.bytes()
-    }
-
     pub fn free(self) -> Result<(), CudaError> {
         [
             self.h.free(),
@@ -227,13 +223,13 @@ impl CudaDevice {
         self.trim_default_pool()
     }
 
-    /// Measures the key's and one working set's real VRAM use for `shape`.
+    /// Measures the key's and one working set's real VRAM use for `shape` (after a
+    /// [`CudaDevice::warm_up`], or the caches it fills count as the key's).
     pub fn measure(
         &self,
         pk: &Arc<ProvingKey>,
         shape: &Shape,
     ) -> Result<MeasuredFootprint, DeviceError> {
-        self.warm_up()?;
         let free = || -> Result<u64, DeviceError> {
             self.settle()?;
             Ok(self.gpu.mem_info()?.0)
@@ -255,9 +251,8 @@ impl CudaDevice {
     }
 
     /// Records the current free VRAM (after a settle) as the level a batch must
-    /// return to.
+    /// return to. Take it after the device's caches exist (warm-up or a first batch).
     pub fn mark_baseline(&self) -> Result<(), DeviceError> {
-        self.warm_up()?;
         self.settle()?;
         *self.baseline_free.lock() = Some(self.gpu.mem_info()?.0);
         Ok(())
@@ -478,7 +473,8 @@ impl Device for CudaDevice {
     }
 
     fn reserve_arena(&self, _slot_bytes: u64, _slots: usize) -> Result<usize, DeviceError> {
-        // The arena needs the shape, not just bytes: slots are made by `reserve_slots`.
+        // The arena needs the shape, not just bytes: `alloc` makes a slot on first use
+        // and `free` keeps it until `release_arena`.
         Ok(0)
     }
 
