@@ -173,3 +173,44 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn bench_prove_runs_the_chosen_configs_and_agrees_with_ark_groth16() {
+    let dir = tempdir("bench");
+    let gantt = dir.join("g.svg");
+    let o = twolock(&[
+        "bench",
+        "prove",
+        "--device",
+        "sim",
+        "--log",
+        "4",
+        "--partitions",
+        "3",
+        "--config",
+        "single:1:pool",
+        "--config",
+        "two:2:arena",
+        "--gantt",
+        gantt.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["configs"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["mode"], "two");
+    assert_eq!(rows[1]["workers"], 2);
+    assert!(rows.iter().all(|r| r["agrees"] == true && r["errors"] == 0));
+    assert_eq!(v["arkworks"]["equal_proofs"], 3);
+    assert!(v["working_set"]["full"].as_u64().unwrap() > 0);
+    let svg = std::fs::read_to_string(&gantt).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("compute"),
+        "{svg:.200}"
+    );
+    assert_fails_with(
+        &twolock(&["bench", "prove", "--config", "two:0:pool"]),
+        "W must be a positive integer",
+    );
+}

@@ -172,6 +172,13 @@ enum BenchWhat {
         workload: WorkloadArgs,
         #[command(flatten)]
         pipeline: PipelineArgs,
+        /// Run only these configurations, MODE:W:ALLOC (e.g. `two:3:pool`), instead of
+        /// the whole matrix (single and two, W = 1..3, pool; two-lock W = 3 sync, arena).
+        #[arg(long = "config", value_parser = parse_bench_config)]
+        configs: Vec<(LockMode, usize, AllocStrategy)>,
+        /// Write a Gantt picture (SVG) of the last configuration's timeline.
+        #[arg(long)]
+        gantt: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -198,6 +205,9 @@ struct KernelBenchArgs {
     /// Skip the arkworks CPU comparison (MSM) above this log2 size.
     #[arg(long, default_value_t = 26)]
     cpu_log_max: u32,
+    /// MSM only: force c-bit windows instead of the planner's choice (for tuning it).
+    #[arg(long)]
+    window_bits: Option<u32>,
     #[arg(long)]
     json: bool,
 }
@@ -232,6 +242,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `MODE:W:ALLOC`, e.g. `two:3:pool`.
+fn parse_bench_config(v: &str) -> Result<(LockMode, usize, AllocStrategy), String> {
+    let parts: Vec<&str> = v.split(':').collect();
+    let [mode, workers, alloc] = parts[..] else {
+        return Err(format!("`{v}`: expected MODE:W:ALLOC, e.g. two:3:pool"));
+    };
+    let mode = LockMode::from_str(mode, true).map_err(|e| format!("`{v}`: mode: {e}"))?;
+    let workers = workers
+        .parse::<usize>()
+        .ok()
+        .filter(|&w| w > 0)
+        .ok_or_else(|| format!("`{v}`: W must be a positive integer"))?;
+    let alloc = AllocStrategy::from_str(alloc, true).map_err(|e| format!("`{v}`: alloc: {e}"))?;
+    Ok((mode, workers, alloc))
 }
 
 fn spinner(msg: &str) -> ProgressBar {
@@ -537,6 +563,8 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
         BenchWhat::Prove {
             workload,
             mut pipeline,
+            configs,
+            gantt,
             json,
         } => {
             let kind = resolve(pipeline.device)?;
@@ -547,30 +575,43 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
                 pipeline.sim_cpu_ms = 100;
             }
             let w = build_workload(&workload)?;
-            let mut configs = Vec::new();
-            for workers in [1, 2, 3] {
-                for mode in [LockMode::Single, LockMode::Two] {
-                    configs.push((mode, workers, AllocStrategy::Pool));
+            let configs = if configs.is_empty() {
+                let mut all = Vec::new();
+                for workers in [1, 2, 3] {
+                    for mode in [LockMode::Single, LockMode::Two] {
+                        all.push((mode, workers, AllocStrategy::Pool));
+                    }
                 }
-            }
-            for s in [AllocStrategy::Sync, AllocStrategy::Arena] {
-                configs.push((LockMode::Two, 3, s));
-            }
+                for s in [AllocStrategy::Sync, AllocStrategy::Arena] {
+                    all.push((LockMode::Two, 3, s));
+                }
+                all
+            } else {
+                configs
+            };
             let cpu = Duration::from_millis(pipeline.sim_cpu_ms);
-            let rows = match kind {
+            let bench = match kind {
                 #[cfg(feature = "cuda")]
                 DeviceKind::Cuda => {
-                    twolock::bench::prove_matrix(&w, &configs, cpu, |s| cuda_devices(&pipeline, s))?
+                    twolock::bench::prove_matrix(&w, &configs, cpu, gantt.as_deref(), |s| {
+                        cuda_devices(&pipeline, s)
+                    })?
                 }
-                _ => twolock::bench::prove_matrix(&w, &configs, cpu, |s| {
+                _ => twolock::bench::prove_matrix(&w, &configs, cpu, gantt.as_deref(), |s| {
                     Ok(sim_devices(&pipeline, s))
                 })?,
             };
+            let rows = &bench.rows;
             let pb = spinner("ark-groth16 on the same partitions");
-            let ark = twolock::bench::arkworks_baseline(&w, 20)?;
+            let ark = twolock::bench::arkworks_baseline(&w, 20, &bench.proofs)?;
             pb.finish_and_clear();
+            let mismatched =
+                rows.iter().any(|r| !r.agrees || r.errors > 0) || ark.equal_proofs < ark.measured;
             if json {
-                println!("{:#}", json!({ "configs": rows, "arkworks": ark }));
+                println!(
+                    "{:#}",
+                    json!({ "configs": rows, "working_set": bench.working_set, "arkworks": ark })
+                );
             } else {
                 let on = if kind == DeviceKind::Sim {
                     format!(
@@ -587,10 +628,11 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
                     workload.log_constraints,
                     pipeline.sim_cpu_ms
                 );
-                print!("{}", twolock::bench::prove_table(&rows));
+                print!("{}", twolock::bench::prove_table(rows));
                 let best = rows.iter().map(|r| r.throughput_per_s).fold(0.0, f64::max);
                 println!(
-                    "ark-groth16 on {} threads: {:.1} ms/partition ({}); best configuration {:.1}x its throughput",
+                    "ark-groth16 on {} threads: {:.1} ms/partition ({}); best configuration {:.1}x its throughput; \
+                     {}/{} of its proofs equal the first configuration's",
                     ark.threads,
                     ark.ms_per_partition,
                     if ark.extrapolated {
@@ -598,10 +640,27 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
                     } else {
                         format!("all {} partitions", ark.measured)
                     },
-                    best * ark.ms_per_partition / 1e3
+                    best * ark.ms_per_partition / 1e3,
+                    ark.equal_proofs,
+                    ark.measured
                 );
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+                println!(
+                    "working set per partition: {:.1} MiB full, {:.1} MiB chunked (fallback); \
+                     a worker falls back when the full set does not fit in free VRAM",
+                    mib(bench.working_set.full),
+                    mib(bench.working_set.chunked)
+                );
+                if let Some(g) = &gantt {
+                    println!("gantt of the last configuration: {}", g.display());
+                }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if mismatched {
+                eprintln!("error: a configuration returned errors or proofs that differ from ark-groth16's");
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         #[cfg(feature = "cuda")]
         BenchWhat::Ntt(k) => kernels::bench_ntt(&k),
@@ -789,7 +848,7 @@ mod kernels {
             gpu.name(),
             k.runs
         );
-        let ours = msm::bench_msm(&gpu, &logs, k.runs).map_err(dev)?;
+        let ours = msm::bench_msm_with_bits(&gpu, &logs, k.runs, k.window_bits).map_err(dev)?;
         // The same bases and scalars bench_msm used.
         let bases = msm::walk_bases(1 << k.log_max, 1);
         let threads = rayon_threads();

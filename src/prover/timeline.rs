@@ -154,6 +154,12 @@ pub struct Summary {
     pub fallbacks: usize,
     /// Sum of CPU prep and B_G2 per partition, averaged (the CPU critical path).
     pub cpu_ms_per_partition: f64,
+    /// CPU prep (witness, a/b/c, scalar classification) per partition, averaged.
+    pub prep_ms_per_partition: f64,
+    /// B_G2 on the CPU per partition, averaged.
+    pub bg2_ms_per_partition: f64,
+    /// Compute-lock hold per partition, averaged.
+    pub compute_hold_ms_per_partition: f64,
 }
 
 impl Summary {
@@ -183,12 +189,10 @@ impl Summary {
                     .min(m.end_us - m.start_us)
             })
             .sum();
-        let cpu: u64 = spans
-            .iter()
-            .filter(|s| matches!(s.phase, Phase::Prep | Phase::BG2))
-            .map(|s| s.end_us - s.start_us)
-            .sum();
+        let total = |p: Phase| of(p).map(|s| s.end_us - s.start_us).sum::<u64>();
+        let (prep, bg2) = (total(Phase::Prep), total(Phase::BG2));
         let n = partitions.max(1) as f64;
+        let per_partition_ms = |us: u64| us as f64 / 1e3 / n;
         Self {
             wall_ms: wall / 1e3,
             per_partition_ms: wall / 1e3 / n,
@@ -199,7 +203,10 @@ impl Summary {
                 overlapped as f64 / mem_total as f64
             },
             fallbacks: of(Phase::Fallback).count(),
-            cpu_ms_per_partition: cpu as f64 / 1e3 / n,
+            cpu_ms_per_partition: per_partition_ms(prep + bg2),
+            prep_ms_per_partition: per_partition_ms(prep),
+            bg2_ms_per_partition: per_partition_ms(bg2),
+            compute_hold_ms_per_partition: per_partition_ms(compute),
         }
     }
 }
@@ -221,4 +228,42 @@ pub fn timed<T>(
 /// Wall time as a Duration, for reports.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(worker: usize, phase: Phase, start_us: u64, end_us: u64) -> Span {
+        Span {
+            partition: worker,
+            worker: WorkerId { device: 0, worker },
+            phase,
+            start_us,
+            end_us,
+        }
+    }
+
+    #[test]
+    fn summary_splits_the_cpu_path_and_measures_overlap() {
+        // Worker 0 computes in [100, 300) while worker 1 holds mem in [200, 400).
+        let spans = [
+            span(0, Phase::Prep, 0, 100),
+            span(0, Phase::ComputeHold, 100, 300),
+            span(0, Phase::BG2, 300, 340),
+            span(1, Phase::Prep, 0, 200),
+            span(1, Phase::MemHold, 200, 400),
+            span(1, Phase::ComputeHold, 400, 500),
+            span(1, Phase::BG2, 500, 520),
+        ];
+        let s = Summary::of(&spans, 2);
+        assert_eq!(s.wall_ms, 0.52);
+        assert!((s.compute_busy - 300.0 / 520.0).abs() < 1e-12);
+        assert_eq!(s.mem_overlap, 0.5);
+        assert!((s.prep_ms_per_partition - 0.15).abs() < 1e-12);
+        assert!((s.bg2_ms_per_partition - 0.03).abs() < 1e-12);
+        assert!((s.cpu_ms_per_partition - 0.18).abs() < 1e-12);
+        assert!((s.compute_hold_ms_per_partition - 0.15).abs() < 1e-12);
+        assert_eq!(Summary::of(&[], 3), Summary::default());
+    }
 }
