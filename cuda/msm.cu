@@ -46,6 +46,8 @@ extern "C" __global__ void __launch_bounds__(MSM_BLOCK_LIGHT)
     msm::bucket_scatter(sorted, cursor, digits, base_index, n, c);
 }
 
+static_assert(MSM_BLOCK_POINT <= msm::ACCUMULATE_THREADS, "accumulate_sorted's shared staging is too small");
+
 extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm_accumulate_sorted(g1_xyzz_t* buckets, uint32_t* head_keys, g1_xyzz_t* head_pts, const uint32_t* sorted,
                           const uint32_t* offsets, const g1_affine_t* bases, uint32_t K, uint32_t S) {

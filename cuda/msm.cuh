@@ -15,11 +15,13 @@
 //                         heavy bucket is spread over many threads. A bucket whose run
 //                         starts in the slice is written by that thread; the pieces of a
 //                         run that started earlier go to a "head" list, which
-//                         accumulate_heads folds back level by level.
+//                         accumulate_heads folds back level by level. The next base is
+//                         prefetched (cp.async into shared memory) during each addition.
 //   (d) reduce_buckets    per window, sum_j j*B_j by running sums over groups of L
 //                         buckets, each group then scaled by its offset; sum_chunks folds
 //                         the groups to one point per window.
-//   (e) combine_windows   Horner: acc = 2^c * acc + W_w from the top window down.
+//   (e) combine_windows   Horner: acc = 2^c * acc + W_w from the top window down, one
+//                         thread, the doublings inlined (registers, no call per op).
 //
 // Signed digits: with a window of c bits, k = sum_w d_w 2^(cw), d_w in
 // [-(2^(c-1) - 1), 2^(c-1)], bucket |d_w| in 1..2^(c-1); a zero digit lands in no
@@ -36,6 +38,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_pipeline.h>
+
 #include "curve.cuh"
 
 namespace msm {
@@ -49,7 +53,8 @@ constexpr unsigned FULL_MASK = 0xffffffffu;
 // Out-of-line point ops for the stages off the hot path (head folding, reduction,
 // combination): each inlined copy of the complete XYZZ addition costs nvcc tens of
 // seconds, and these stages do a small share of the additions. The hot loops
-// (accumulate_sorted, batch_add_bitmap) inline xyzz_add_affine once each.
+// (accumulate_sorted, batch_add_bitmap) inline xyzz_add_affine once each;
+// combine_windows inlines xyzz_dbl once (its one long chain of doublings).
 template <class F>
 __device__ __noinline__ void add_ool(xyzz_t<F>& p, const xyzz_t<F>& q) {
     xyzz_add(p, q);
@@ -262,6 +267,38 @@ __device__ __forceinline__ uint32_t bucket_of(const uint32_t* offsets, uint32_t 
     return lo;
 }
 
+// Threads per block of msm_accumulate_sorted (msm.cu launches it with MSM_BLOCK_POINT,
+// which must not exceed this): sizes the shared staging of accumulate_sorted.
+constexpr uint32_t ACCUMULATE_THREADS = 128;
+
+// A thread's base prefetch area in shared memory: two slots (double buffering) of one
+// affine point as 16-byte chunks, chunk-major so a warp's accesses hit distinct banks.
+template <class F>
+struct BaseStage {
+    static constexpr uint32_t CHUNKS = sizeof(affine_t<F>) / 16;
+    uint4 chunk[2][CHUNKS][ACCUMULATE_THREADS];
+};
+
+// Starts the asynchronous copy (cp.async) of *src into slot `slot` of this thread.
+template <class F>
+__device__ __forceinline__ void stage_base(BaseStage<F>& st, uint32_t slot, const affine_t<F>* src) {
+    const uint4* from = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+    for (uint32_t j = 0; j < BaseStage<F>::CHUNKS; j++)
+        __pipeline_memcpy_async(&st.chunk[slot][j][threadIdx.x], &from[j], 16);
+    __pipeline_commit();
+}
+
+// The point in slot `slot` (its copy must have completed).
+template <class F>
+__device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F>& st, uint32_t slot) {
+    affine_t<F> p;
+    uint4* to = reinterpret_cast<uint4*>(&p);
+#pragma unroll
+    for (uint32_t j = 0; j < BaseStage<F>::CHUNKS; j++) to[j] = st.chunk[slot][j][threadIdx.x];
+    return p;
+}
+
 // The sorted entries are cut into S slices of T = ceil(total / S) entries (total =
 // offsets[K], read here so the host need not wait for it); thread s < S sums slice s,
 // bucket by bucket. For each run of one bucket k in the slice:
@@ -270,11 +307,18 @@ __device__ __forceinline__ uint32_t bucket_of(const uint32_t* offsets, uint32_t 
 //     head_keys[s] = k, head_pts[s]; accumulate_heads adds it to buckets[k] later.
 // head_keys[s] = NO_KEY when the slice is empty or starts a run. Buckets with no
 // entries are never written: readers test offsets[k] == offsets[k + 1].
+//
+// The bases are a random 96-byte gather. One loop over the slice is software-pipelined
+// across bucket boundaries: while entry q is added, the base of q + 1 is copying into
+// shared memory (cp.async, so it holds no registers: the addition already needs about
+// 160) and the entry q + 2 is loading. Reads past the slice's end re-read entry b - 1
+// (in bounds, unused), so they need no branch.
 template <class F>
 __device__ __forceinline__ void accumulate_sorted(xyzz_t<F>* __restrict__ buckets, uint32_t* __restrict__ head_keys,
                                                   xyzz_t<F>* __restrict__ head_pts, const uint32_t* __restrict__ sorted,
                                                   const uint32_t* __restrict__ offsets,
                                                   const affine_t<F>* __restrict__ bases, uint32_t K, uint32_t S) {
+    __shared__ BaseStage<F> stage;
     const uint32_t s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= S) return;
     const uint32_t total = offsets[K];
@@ -287,30 +331,39 @@ __device__ __forceinline__ void accumulate_sorted(xyzz_t<F>* __restrict__ bucket
     const uint32_t a = (uint32_t)a64;
     const uint32_t b = (uint32_t)min((size_t)total, a64 + T);
     uint32_t k = bucket_of(offsets, K, a);
-    uint32_t head_key = NO_KEY;
-    uint32_t p = a;
-    while (p < b) {
-        const uint32_t stop = min(offsets[k + 1], b);
-        xyzz_t<F> acc = xyzz_inf<F>();
-        for (uint32_t q = p; q < stop; q++) {
-            const uint32_t e = sorted[q];
-            affine_t<F> pt = bases[e & MAG];
-            if (e & NEG) affine_neg(pt);
-            xyzz_add_affine(acc, pt);
-        }
-        if (p == a && offsets[k] < a) {
-            head_key = k;
-            head_pts[s] = acc;
-        } else {
-            buckets[k] = acc;
-        }
-        p = stop;
-        if (p < b) {
-            k++;
-            while (offsets[k + 1] <= p) k++;  // skip empty buckets; ends below K as p < total
-        }
-    }
+    // The slice's first run is a head when bucket k's run started in an earlier slice;
+    // k only grows, so the accumulator belongs to the head exactly while k == head_key.
+    const uint32_t head_key = offsets[k] < a ? k : NO_KEY;
     head_keys[s] = head_key;
+    uint32_t stop = min(offsets[k + 1], b);  // end of bucket k's run in the slice
+    uint32_t e = sorted[a];
+    bool neg = e & NEG;
+    stage_base(stage, a & 1, &bases[e & MAG]);  // entry q's base goes to slot q & 1
+    e = sorted[min(a + 1, b - 1)];  // from here on, e is entry q + 1
+    xyzz_t<F> acc = xyzz_inf<F>();
+    for (uint32_t q = a; q < b; q++) {
+        stage_base(stage, (q + 1) & 1, &bases[e & MAG]);
+        const bool neg_next = e & NEG;
+        e = sorted[min(q + 2, b - 1)];
+        __pipeline_wait_prior(1);  // entry q's copy (all but the newest) has landed
+        affine_t<F> pt = staged_base(stage, q & 1);
+        if (neg) affine_neg(pt);
+        xyzz_add_affine(acc, pt);  // the kernel's only inlined addition
+        if (q + 1 == stop) {  // bucket k's run ends here: store it and move to the next
+            if (k == head_key)
+                head_pts[s] = acc;
+            else
+                buckets[k] = acc;
+            acc = xyzz_inf<F>();
+            if (stop < b) {
+                k++;
+                while (offsets[k + 1] <= stop) k++;  // skip empty buckets; ends below K as stop < total
+                stop = min(offsets[k + 1], b);
+            }
+        }
+        neg = neg_next;
+    }
+    __pipeline_wait_prior(0);  // no copy may still write shared memory at exit
 }
 
 // One level of folding heads into buckets. Equal keys in `in_keys[0..count)` are
@@ -412,16 +465,31 @@ __device__ __forceinline__ void sum_chunks(xyzz_t<F>* __restrict__ out, const xy
 
 // One thread: acc = W_{count-1}; acc = 2^c acc + W_w for w from count-2 down to 0;
 // *out = acc (+ *out when `accumulate`, e.g. the split's batch-addition result).
+// The c·(count-1) doublings form one dependent chain (splitting the windows over
+// threads leaves the top window's chain as long), so each must be cheap: they run on an
+// inlined xyzz_dbl (one small copy) with acc in registers. The few additions share one
+// call of the out-of-line xyzz_add; only its arguments go through local memory (acc's
+// own address never escapes, so the doubling loop stays in registers).
 template <class F>
 __device__ __forceinline__ void combine_windows(xyzz_t<F>* out, const xyzz_t<F>* __restrict__ window_sums, uint32_t count,
                                                 uint32_t c, uint32_t accumulate) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     xyzz_t<F> acc = window_sums[count - 1];
-    for (uint32_t w = count - 1; w-- > 0;) {
-        for (uint32_t i = 0; i < c; i++) dbl_ool(acc);
-        add_ool(acc, window_sums[w]);
+    // w runs from count-2 down to 0, then one more pass (w = -1) adds *out if asked.
+    for (int w = (int)count - 2; w >= -1; w--) {
+        xyzz_t<F> sum, addend;
+        if (w >= 0) {
+            for (uint32_t i = 0; i < c; i++) xyzz_dbl(acc);
+            addend = window_sums[w];
+        } else if (accumulate) {
+            addend = *out;
+        } else {
+            break;
+        }
+        sum = acc;
+        add_ool(sum, addend);
+        acc = sum;
     }
-    if (accumulate) add_ool(acc, *out);
     *out = acc;
 }
 

@@ -384,6 +384,43 @@ fn gpu_msm_windows_per_pass_and_slots() {
 }
 
 #[test]
+fn gpu_msm_explicit_window_plans() {
+    // Widths the planner no longer picks (17, 18) and its cap (16), on a workspace with
+    // the plan forced: a power of two and an odd size, random and boundary digits.
+    let s = stream();
+    let points = bases((1 << 14) + 1, 19);
+    let dev = upload(&s, &points);
+    for c in [16u32, 17, 18] {
+        let plan = WindowPlan::with_bits(c);
+        for n in [1usize << 14, 12_345] {
+            let scalars = boundary_and_random(n, c, 190 + u64::from(c));
+            let want = reference(&points, &scalars);
+            let mut ws = MsmWorkspace::with_plan(gpu(), &s, n, plan, AllocKind::StreamOrdered)
+                .expect("workspace");
+            assert_eq!(ws.plan_for(n), plan);
+            let mut out = gpu().alloc_async::<DevG1Xyzz>(&s, 1).expect("out");
+            for run in 0..2 {
+                gpu().poison(&s, &mut out).expect("poison");
+                let sc = ScalarsRef::Host(&scalars);
+                msm_enqueue(gpu(), &s, &mut ws, dev.view(), sc, &mut out, 0).expect("enqueue");
+                let got = read_points(gpu(), &s, &out).expect("read")[0];
+                assert_eq!(got, want, "c {c}, n {n}, run {run}");
+            }
+            ws.free().expect("free");
+        }
+    }
+    // A plan that is not c-bit windows over 256 bits, or c out of range, is refused.
+    let short = WindowPlan { c: 16, windows: 3 };
+    let e = MsmWorkspace::with_plan(gpu(), &s, 10, short, AllocKind::StreamOrdered).unwrap_err();
+    assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+    let e = msm::bench_msm_with_bits(gpu(), &[10], 3, Some(21)).unwrap_err();
+    assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+    // The bench reports the plan it ran with.
+    let t = msm::bench_msm_with_bits(gpu(), &[10], 3, Some(17)).expect("bench");
+    assert!(t[0].consistent && t[0].plan == WindowPlan::with_bits(17));
+}
+
+#[test]
 fn gpu_msm_errors_are_values() {
     let s = stream();
     let points = bases(10, 18);

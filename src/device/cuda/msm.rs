@@ -68,10 +68,15 @@ const POINT_BLOCK: u32 = 128;
 const SCAN_THREADS: u32 = 256;
 /// Counts per scan tile (`msm::SCAN_TILE`).
 const SCAN_TILE: usize = 2048;
-/// Window widths the planner picks from: c ≤ 20 keeps a window's 2^19 buckets at
+/// Window widths an explicit plan may use: c ≤ 20 keeps a window's 2^19 buckets at
 /// 96 MiB; c ≥ 4 bounds the window count at [`MAX_WINDOWS`].
 pub const MIN_WINDOW_BITS: u32 = 4;
 pub const MAX_WINDOW_BITS: u32 = 20;
+/// The widest window [`WindowPlan::for_len`] picks. Measured on an H200: moving from
+/// c = 16 (2^21 scalars, 42.7 ms accumulating) to c = 18 (2^22, 163 ms) and c = 20
+/// (2^24, 478 ms) made each bucket addition about 2× slower (likely the larger bucket
+/// arrays missing L2), more than the cost model's saving in additions.
+pub const MAX_PLANNED_WINDOW_BITS: u32 = 16;
 pub const MAX_WINDOWS: usize = 64;
 /// Most accumulation slices (threads of `accumulate_sorted`); a workspace uses as many
 /// as are resident on its GPU, up to this.
@@ -101,12 +106,23 @@ impl WindowPlan {
             windows: 256u32.div_ceil(c),
         }
     }
-    /// The c minimising W(c)·(10·n + 14·2^c): a mixed addition (10 multiplications) per
-    /// digit, two full additions (14 each) per bucket in the reduction.
+    /// [`WindowPlan::with_bits`] for c in [`MIN_WINDOW_BITS`]..=[`MAX_WINDOW_BITS`],
+    /// an error otherwise.
+    pub fn checked(c: u32) -> Result<WindowPlan, CudaError> {
+        if !(MIN_WINDOW_BITS..=MAX_WINDOW_BITS).contains(&c) {
+            return Err(invalid(format!(
+                "window width {c} outside {MIN_WINDOW_BITS}..={MAX_WINDOW_BITS}"
+            )));
+        }
+        Ok(WindowPlan::with_bits(c))
+    }
+    /// The c ≤ [`MAX_PLANNED_WINDOW_BITS`] minimising W(c)·(10·n + 14·2^c): a mixed
+    /// addition (10 multiplications) per digit, two full additions (14 each) per bucket
+    /// in the reduction.
     pub fn for_len(n: usize) -> WindowPlan {
         let cost = |c: u32| u128::from(256u32.div_ceil(c)) * (10 * n as u128 + (14u128 << c));
-        let best = (MIN_WINDOW_BITS..=MAX_WINDOW_BITS).min_by_key(|&c| (cost(c), c));
-        WindowPlan::with_bits(best.unwrap_or(MAX_WINDOW_BITS))
+        let best = (MIN_WINDOW_BITS..=MAX_PLANNED_WINDOW_BITS).min_by_key(|&c| (cost(c), c));
+        WindowPlan::with_bits(best.unwrap_or(MAX_PLANNED_WINDOW_BITS))
     }
     /// Buckets per window: digit magnitudes 1..=2^(c−1).
     pub fn buckets(&self) -> usize {
@@ -397,8 +413,8 @@ struct Scratch {
 }
 
 impl Sizes {
-    fn new(max_n: usize, windows_per_pass: Option<u32>, slices: usize) -> Sizes {
-        let plan = WindowPlan::for_len(max_n);
+    /// Scratch for MSMs of up to max_n scalars under `plan` (the largest plan they use).
+    fn new(plan: WindowPlan, max_n: usize, windows_per_pass: Option<u32>, slices: usize) -> Sizes {
         let wg = windows_per_pass
             .unwrap_or(plan.windows)
             .clamp(1, plan.windows) as usize;
@@ -484,6 +500,8 @@ fn alloc<T>(
 #[derive(Debug)]
 pub struct MsmWorkspace {
     sizes: Sizes,
+    /// Every MSM on this workspace uses this plan (`None`: [`WindowPlan::for_len`]).
+    plan: Option<WindowPlan>,
     scratch: Scratch,
     scalars: DeviceBuffer<DevFr>,
     words: DeviceBuffer<u32>,
@@ -500,12 +518,39 @@ impl MsmWorkspace {
     ) -> Result<Self, CudaError> {
         Self::with_windows_per_pass(gpu, stream, max_len, None, kind)
     }
+    /// All windows in one pass, every MSM with `plan` instead of the planner's choice
+    /// (benchmarks and tests of other window widths). `plan` must be
+    /// [`WindowPlan::checked`]'s plan for its c.
+    pub fn with_plan(
+        gpu: &Gpu,
+        stream: &Stream,
+        max_len: usize,
+        plan: WindowPlan,
+        kind: AllocKind,
+    ) -> Result<Self, CudaError> {
+        if WindowPlan::checked(plan.c)? != plan {
+            return Err(invalid(format!(
+                "window plan {plan:?} is not c-bit windows over 256 bits"
+            )));
+        }
+        Self::build(gpu, stream, max_len, Some(plan), None, kind)
+    }
     /// `windows_per_pass` windows of a `max_len` MSM at a time (`None`: all), which
     /// bounds the digit, sort and bucket scratch: the small-card footprint.
     pub fn with_windows_per_pass(
         gpu: &Gpu,
         stream: &Stream,
         max_len: usize,
+        windows_per_pass: Option<u32>,
+        kind: AllocKind,
+    ) -> Result<Self, CudaError> {
+        Self::build(gpu, stream, max_len, None, windows_per_pass, kind)
+    }
+    fn build(
+        gpu: &Gpu,
+        stream: &Stream,
+        max_len: usize,
+        plan: Option<WindowPlan>,
         windows_per_pass: Option<u32>,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
@@ -517,8 +562,16 @@ impl MsmWorkspace {
         let f = gpu.function(MODULE, kernel::ACCUMULATE_SORTED)?;
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(POINT_BLOCK, 0, None)?;
         let resident = (gpu.sm_count()? * per_sm.max(1) * POINT_BLOCK) as usize;
-        let sizes = Sizes::new(max_len, windows_per_pass, resident.min(MAX_SLICES));
-        Self::with_sizes(gpu, stream, sizes, kind)
+        let sized_for = plan.unwrap_or_else(|| WindowPlan::for_len(max_len));
+        let sizes = Sizes::new(
+            sized_for,
+            max_len,
+            windows_per_pass,
+            resident.min(MAX_SLICES),
+        );
+        let mut ws = Self::with_sizes(gpu, stream, sizes, kind)?;
+        ws.plan = plan;
+        Ok(ws)
     }
     fn with_sizes(gpu: &Gpu, s: &Stream, sizes: Sizes, kind: AllocKind) -> Result<Self, CudaError> {
         let scalars = alloc::<DevFr>(gpu, s, sizes.max_n, kind)?;
@@ -527,6 +580,7 @@ impl MsmWorkspace {
         let scratch = sizes.carve(scalars.raw(), words.raw(), points.raw());
         Ok(MsmWorkspace {
             sizes,
+            plan: None,
             scratch,
             scalars,
             words,
@@ -539,13 +593,17 @@ impl MsmWorkspace {
         Self::bytes_needed_with(len, None)
     }
     pub fn bytes_needed_with(len: usize, windows_per_pass: Option<u32>) -> u64 {
-        Sizes::new(len, windows_per_pass, MAX_SLICES).bytes()
+        Sizes::new(WindowPlan::for_len(len), len, windows_per_pass, MAX_SLICES).bytes()
     }
     pub fn bytes(&self) -> u64 {
         self.sizes.bytes()
     }
     pub fn max_len(&self) -> usize {
         self.sizes.max_n
+    }
+    /// The window plan an MSM of n scalars runs with on this workspace.
+    pub fn plan_for(&self, n: usize) -> WindowPlan {
+        self.plan.unwrap_or_else(|| WindowPlan::for_len(n))
     }
     /// Fills all scratch with 0xA5 bytes (tests: nothing may read what no stage wrote).
     pub fn poison(&mut self, gpu: &Gpu, stream: &Stream) -> Result<(), CudaError> {
@@ -868,7 +926,7 @@ unsafe fn enqueue_pippenger(
             unsafe { zero(gpu, s, out, XYZZ as usize) }
         };
     }
-    let (plan, sc) = (WindowPlan::for_len(n), &ws.scratch);
+    let (plan, sc) = (ws.plan_for(n), &ws.scratch);
     let wg = ws.windows_per_pass(n, plan)?;
     for w0 in (0..plan.windows).step_by(wg as usize) {
         let wc = wg.min(plan.windows - w0);
@@ -1198,6 +1256,18 @@ pub struct MsmTiming {
 /// CUDA events, median reported. Bases (a random walk) are uploaded once for the
 /// largest size; the workspace is allocated once, outside the timing.
 pub fn bench_msm(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<MsmTiming>, CudaError> {
+    bench_msm_with_bits(gpu, log_sizes, runs, None)
+}
+
+/// [`bench_msm`] with every MSM on `window_bits`-bit windows (`None`: the planner's
+/// choice per size); c outside [`MIN_WINDOW_BITS`]..=[`MAX_WINDOW_BITS`] is an error.
+pub fn bench_msm_with_bits(
+    gpu: &Gpu,
+    log_sizes: &[u32],
+    runs: usize,
+    window_bits: Option<u32>,
+) -> Result<Vec<MsmTiming>, CudaError> {
+    let plan = window_bits.map(WindowPlan::checked).transpose()?;
     let runs = runs.max(3);
     let Some(&max_log) = log_sizes.iter().max() else {
         return Ok(Vec::new());
@@ -1210,7 +1280,10 @@ pub fn bench_msm(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<MsmTim
     let s = gpu.new_stream()?;
     let kind = AllocKind::StreamOrdered;
     let bases = DeviceBases::upload(gpu, &s, &walk_bases(1 << max_log, 1), kind)?;
-    let mut ws = MsmWorkspace::new(gpu, &s, 1 << max_log, kind)?;
+    let mut ws = match plan {
+        Some(p) => MsmWorkspace::with_plan(gpu, &s, 1 << max_log, p, kind)?,
+        None => MsmWorkspace::new(gpu, &s, 1 << max_log, kind)?,
+    };
     let mut out = gpu.alloc_async::<DevG1Xyzz>(&s, 1)?;
     let mut timings = Vec::with_capacity(log_sizes.len());
     for &log_n in log_sizes {
@@ -1236,8 +1309,7 @@ pub fn bench_msm(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<MsmTim
         let (min_ms, max_ms) = times
             .iter()
             .fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
-        let (plan, median_ms, workspace_bytes) =
-            (WindowPlan::for_len(n), median(&mut times), ws.bytes());
+        let (plan, median_ms, workspace_bytes) = (ws.plan_for(n), median(&mut times), ws.bytes());
         timings.push(MsmTiming {
             log_n,
             plan,
@@ -1565,8 +1637,15 @@ mod tests {
             );
             assert!(p.windows as usize <= MAX_WINDOWS);
         }
-        assert_eq!(WindowPlan::for_len(1 << 24).c, 20);
+        // Capped at MAX_PLANNED_WINDOW_BITS from 2^20 up (the model alone picks 18 at
+        // 2^22 and 20 at 2^24).
+        for log in [20, 22, 24, 28] {
+            assert_eq!(WindowPlan::for_len(1 << log).c, MAX_PLANNED_WINDOW_BITS);
+        }
         assert!(WindowPlan::for_len(1 << 16).c < WindowPlan::for_len(1 << 22).c);
+        assert!(WindowPlan::checked(MIN_WINDOW_BITS - 1).is_err());
+        assert!(WindowPlan::checked(MAX_WINDOW_BITS + 1).is_err());
+        assert_eq!(WindowPlan::checked(18).unwrap(), WindowPlan::with_bits(18));
     }
 
     #[test]
@@ -1662,8 +1741,13 @@ mod tests {
         assert!(
             MsmWorkspace::bytes_needed_with(1 << 24, Some(2)) < MsmWorkspace::bytes_needed(1 << 24)
         );
+        // An explicit plan sizes the buckets: keys = windows × 2^(c−1).
+        let p18 = WindowPlan::with_bits(18);
+        let sizes = Sizes::new(p18, 1 << 14, None, 500);
+        assert_eq!(sizes.keys, p18.windows as usize * p18.buckets());
+        assert_eq!(sizes.entries, p18.windows as usize * (1 << 14));
         // Regions are disjoint and in bounds: each starts where the previous ends.
-        let sizes = Sizes::new(1000, None, 500);
+        let sizes = Sizes::new(WindowPlan::for_len(1000), 1000, None, 500);
         let sc = sizes.carve(1 << 40, 1 << 41, 1 << 42);
         let w = sizes.words();
         let starts = [
