@@ -127,16 +127,7 @@ pub fn svg(spans: &[Span], title: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn span(worker: usize, phase: Phase, start_us: u64, end_us: u64) -> Span {
-        Span {
-            partition: worker,
-            worker: WorkerId { device: 0, worker },
-            phase,
-            start_us,
-            end_us,
-        }
-    }
+    use crate::prover::timeline::test_span as span;
 
     #[test]
     fn one_lane_per_worker_and_every_span_drawn() {

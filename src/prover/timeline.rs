@@ -230,19 +230,22 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// A span of worker `worker` on device 0 (partition = worker), for unit tests.
+#[cfg(test)]
+pub(crate) fn test_span(worker: usize, phase: Phase, start_us: u64, end_us: u64) -> Span {
+    Span {
+        partition: worker,
+        worker: WorkerId { device: 0, worker },
+        phase,
+        start_us,
+        end_us,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_span as span;
     use super::*;
-
-    fn span(worker: usize, phase: Phase, start_us: u64, end_us: u64) -> Span {
-        Span {
-            partition: worker,
-            worker: WorkerId { device: 0, worker },
-            phase,
-            start_us,
-            end_us,
-        }
-    }
 
     #[test]
     fn summary_splits_the_cpu_path_and_measures_overlap() {

@@ -74,8 +74,9 @@ pub const MIN_WINDOW_BITS: u32 = 4;
 pub const MAX_WINDOW_BITS: u32 = 20;
 /// The widest window [`WindowPlan::for_len`] picks. Measured on an H200: moving from
 /// c = 16 (2^21 scalars, 42.7 ms accumulating) to c = 18 (2^22, 163 ms) and c = 20
-/// (2^24, 478 ms) made each bucket addition about 2× slower (likely the larger bucket
-/// arrays missing L2), more than the cost model's saving in additions.
+/// (2^24, 478 ms) made each bucket addition about 2× slower; with the base prefetch in
+/// `accumulate_sorted` most of that is gone, but c = 16 still beat c = 18 at 2^22
+/// (79.7 against 88.2 ms), so the cost model's saving in additions does not pay.
 pub const MAX_PLANNED_WINDOW_BITS: u32 = 16;
 pub const MAX_WINDOWS: usize = 64;
 /// Most accumulation slices (threads of `accumulate_sorted`); a workspace uses as many
