@@ -17,12 +17,14 @@ use crate::Error;
 /// A device the stress runner can squeeze, fault and inspect for leaks.
 pub trait StressDevice: Device + Sized {
     /// A fresh device whose free memory after loading the key is `sets` working sets
-    /// (`None`: the whole device), with `faults` injected and reporting to `audit`.
+    /// (`None`: the whole device), with `faults` injected and reporting to `audit`,
+    /// warmed up for a batch of `workers` workers before its leak baseline is taken.
     fn for_scenario(
         sets: Option<f64>,
         faults: FaultPlan,
         audit: Arc<Audit>,
         w: &Workload,
+        workers: usize,
     ) -> Result<Self, Error>;
     /// Device bytes still held by working sets after a batch (after a trim).
     fn leaked_bytes(&self) -> u64;
@@ -222,7 +224,8 @@ pub fn run_scenario<D: StressDevice>(
     lock_timeout: Duration,
 ) -> Result<Outcome, Error> {
     let audit = Arc::new(Audit::new());
-    let device = D::for_scenario(s.sets, FaultPlan::new(s.faults.clone()), audit.clone(), w)?;
+    let faults = FaultPlan::new(s.faults.clone());
+    let device = D::for_scenario(s.sets, faults, audit.clone(), w, workers)?;
     let pipeline = Pipeline::new(
         vec![device],
         PipelineConfig {
@@ -233,14 +236,7 @@ pub fn run_scenario<D: StressDevice>(
     )
     .with_audit(audit.clone());
     // Partitions beyond the workload's reuse its witnesses (fresh r and s each).
-    let w_all = Workload {
-        spec: w.spec,
-        key: w.key.clone(),
-        matrices: w.matrices.clone(),
-        assignments: (0..s.partitions)
-            .map(|i| w.assignments[i % w.assignments.len()].clone())
-            .collect(),
-    };
+    let w_all = w.cycled(s.partitions);
     let batch = w_all.batch(&RsSource::Seeded(s.partitions as u64))?;
     let pressure = match &s.external_pressure {
         Some(program) => Some(Pressure::start(program)?),
@@ -300,35 +296,24 @@ pub fn run_scenario<D: StressDevice>(
     Ok(o)
 }
 
-/// Runs partition 0 of `w` through every device stage once (no locks, no checks), so
-/// that whatever a device allocates lazily on first use exists before a baseline of
-/// free memory is taken.
-pub fn prime<D: Device>(device: &D, w: &Workload) -> Result<(), Error> {
-    use crate::device::WorkerId;
-    let z = w
-        .assignments
-        .first()
-        .ok_or_else(|| Error::Usage("a workload without partitions".into()))?;
-    let key = device.load_key(&Arc::new(w.key.pk.clone()))?;
-    let stream = device.create_stream(WorkerId {
-        device: 0,
-        worker: 0,
-    })?;
-    let shape = prep::shape(&w.matrices)?;
-    let inputs = prep::prepare(&w.matrices, z)?;
-    let mut ws = device.alloc(&stream, &shape, Footprint::Full, AllocSite::PreStage)?;
-    let mut run = || -> Result<(), crate::device::DeviceError> {
-        device.upload(&stream, &mut ws, &inputs)?;
-        device.witness_map(&stream, &mut ws)?;
-        for job in Stage::MSMS {
-            device.msm(&stream, &mut ws, &key, job)?;
-        }
-        device.sync_stream(&stream)
-    };
-    let ran = run();
-    device.free(&stream, ws)?;
-    ran?;
-    Ok(())
+/// Proves one partition per worker of `w` on `device` through a pipeline of `workers`
+/// workers (no checks), so that whatever the device and its driver allocate on first
+/// use exists before a baseline of free memory is taken: per-context caches, and the
+/// resources of `workers` concurrent streams, which a single-stream run does not grow.
+/// A leak check then compares later batches of the same shape with that baseline.
+pub fn prime<D: Device>(device: D, w: &Workload, workers: usize) -> Result<(), Error> {
+    let pipeline = Pipeline::new(
+        vec![device],
+        PipelineConfig {
+            workers_per_device: workers,
+            ..Default::default()
+        },
+    );
+    let run = pipeline.prove_batch(w.cycled(workers.max(1)).batch(&RsSource::Seeded(0))?);
+    match run.results.into_iter().find_map(Result::err) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// Bytes of one full working set for `w` on `device`.
@@ -376,6 +361,7 @@ impl StressDevice for crate::device::sim::SimDevice {
         faults: FaultPlan,
         audit: Arc<Audit>,
         w: &Workload,
+        _workers: usize,
     ) -> Result<Self, Error> {
         use crate::device::sim::{SimConfig, SimDevice};
         let mut cfg = SimConfig::default();
@@ -405,12 +391,14 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         faults: FaultPlan,
         audit: Arc<Audit>,
         w: &Workload,
+        workers: usize,
     ) -> Result<Self, Error> {
         use crate::device::{cuda::CudaDevice, AllocStrategy};
-        // A throwaway device proves one partition first: the context grows resources on
-        // first use (kernel local memory and the like) that belong in the baseline.
-        prime(&CudaDevice::new(0, AllocStrategy::Pool)?, w)?;
         let d = CudaDevice::build(0, AllocStrategy::Pool, faults, Some(audit))?;
+        // A fault-free twin on the same (primary) context, which `d` keeps alive, runs a
+        // warm batch with the same workers: the context's first-use resources then
+        // exist before the baseline, and the scenario's faults are not spent on it.
+        prime(CudaDevice::new(0, AllocStrategy::Pool)?, w, workers)?;
         // This device's own caches (modules, twiddles), before any squeeze.
         d.warm_up()?;
         if let Some(k) = sets {

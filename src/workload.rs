@@ -6,7 +6,7 @@ use ark_snark::SNARK;
 use serde::Serialize;
 
 use crate::circuits::{CircuitSpec, ConstraintMatrices};
-use crate::keys::{self, KeyMaterial, MAX_REAL_LOG_CONSTRAINTS};
+use crate::keys::{self, KeyMaterial};
 use crate::prover::{Batch, ProveError, RsSource};
 use crate::sync::Arc;
 use crate::{reference, Curve, Error, Fr, Proof};
@@ -14,7 +14,8 @@ use crate::{reference, Curve, Error, Fr, Proof};
 /// Which key a workload proves under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum KeyChoice {
-    /// ark-groth16 setup (cached on disk); up to 2^16 constraints.
+    /// ark-groth16 setup (cached on disk); up to 2^20 constraints
+    /// ([`keys::MAX_REAL_LOG_CONSTRAINTS`]).
     Real { seed: u64 },
     /// Pseudo-random points; proofs are checked by equality with the reference prover.
     Synthetic { seed: u64 },
@@ -35,10 +36,14 @@ pub fn key_from_file(path: &std::path::Path, spec: &CircuitSpec) -> Result<KeyMa
     })
 }
 
+/// Largest circuit for which [`KeyChoice::auto`] picks a real key: setup above it takes
+/// longer than the proofs a user asked for.
+pub const AUTO_REAL_LOG_CONSTRAINTS: u32 = 16;
+
 impl KeyChoice {
     /// Real where setup is affordable, synthetic beyond.
     pub fn auto(spec: &CircuitSpec, seed: u64) -> Self {
-        if spec.log_constraints <= MAX_REAL_LOG_CONSTRAINTS {
+        if spec.log_constraints <= AUTO_REAL_LOG_CONSTRAINTS {
             KeyChoice::Real { seed }
         } else {
             KeyChoice::Synthetic { seed }
@@ -86,6 +91,20 @@ impl Workload {
             matrices: Arc::new(matrices),
             assignments,
         })
+    }
+
+    /// The same key and circuit with `n` partitions, reusing the witnesses cyclically
+    /// (each partition still gets its own r and s from the batch).
+    pub fn cycled(&self, n: usize) -> Workload {
+        let len = self.assignments.len().max(1);
+        Workload {
+            spec: self.spec,
+            key: self.key.clone(),
+            matrices: self.matrices.clone(),
+            assignments: (0..n)
+                .filter_map(|i| self.assignments.get(i % len).cloned())
+                .collect(),
+        }
     }
 
     pub fn batch(&self, rs: &RsSource) -> Result<Arc<Batch>, ProveError> {

@@ -307,8 +307,8 @@ fn real_keys_stop_at_the_size_limit() {
     let s = spec(Family::Sparse, MAX_REAL_LOG_CONSTRAINTS + 1, 1);
     match real_key_in(&cache_dir("limit"), &s, 0) {
         Err(KeyError::SizeTooLargeForRealKey {
-            log_constraints: 17,
-            max: 16,
+            log_constraints: 21,
+            max: 20,
         }) => {}
         other => panic!("expected SizeTooLargeForRealKey, got {other:?}"),
     }

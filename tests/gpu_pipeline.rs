@@ -46,7 +46,7 @@ fn prove_and_check(w: &Workload, devices: Vec<CudaDevice>, cfg: PipelineConfig) 
     run.fallbacks
 }
 
-/// Runs the device stages by hand and compares each G1 MSM with the reference's.
+/// Runs the device stages by hand and compares each MSM with the reference's.
 #[rstest]
 fn gpu_device_stages_match_reference(
     #[values(Family::Mimc, Family::Boolean, Family::Sparse)] family: Family,
@@ -81,6 +81,15 @@ fn gpu_device_stages_match_reference(
     assert_eq!(got.a, reference.msm.a, "A MSM");
     assert_eq!(got.b_g1, reference.msm.b_g1, "B_G1 MSM");
     assert_eq!(got.h, reference.msm.h, "H MSM (after the GPU witness map)");
+    // B_G2's ones on the device plus its others on the CPU: the reference's B_G2.
+    let bases = w.key.pk.b_g2_query.get(1..).unwrap_or(&[]);
+    let ones = got.b_g2_ones.expect("the CUDA device sums B_G2's ones");
+    let others = twolock::device::split::msm_others::<ark_bls12_381::G2Projective>(
+        bases,
+        &inputs.scalars,
+        &inputs.classes,
+    );
+    assert_eq!(ones + others, reference.msm.b_g2, "B_G2 (ones on the GPU)");
     assert_eq!(d.working_bytes(), 0);
 }
 
@@ -108,28 +117,16 @@ fn gpu_pipeline_golden_cases() {
     }
 }
 
-/// The three families with real keys up to 2^16 (setup beyond that is too slow for
-/// CI; see README), 6 partitions each on 3 workers.
+/// The three families with real keys from 2^4 to 2^20 (setup at 2^18 and 2^20 takes
+/// tens of seconds; keys are cached per machine), 6 partitions each on 3 workers (3 at
+/// the two largest sizes, whose reference proofs dominate).
 #[rstest]
 fn gpu_pipeline_families_real_keys(
     #[values(Family::Mimc, Family::Boolean, Family::Sparse)] family: Family,
-    #[values(4, 8, 12, 16)] log: u32,
+    #[values(4, 8, 12, 16, 18, 20)] log: u32,
 ) {
-    let w = workload(family, log, 6, KeyChoice::Real { seed: 1 });
-    prove_and_check(
-        &w,
-        vec![gpu(AllocStrategy::Pool)],
-        PipelineConfig::default(),
-    );
-}
-
-/// 2^18 and 2^20 under synthetic keys, checked by equality with the reference.
-#[rstest]
-fn gpu_pipeline_families_synthetic(
-    #[values(Family::Mimc, Family::Boolean, Family::Sparse)] family: Family,
-    #[values(18, 20)] log: u32,
-) {
-    let w = workload(family, log, 3, KeyChoice::Synthetic { seed: 2 });
+    let partitions = if log >= 18 { 3 } else { 6 };
+    let w = workload(family, log, partitions, KeyChoice::Real { seed: 1 });
     prove_and_check(
         &w,
         vec![gpu(AllocStrategy::Pool)],
@@ -228,6 +225,7 @@ fn gpu_bad_designs_are_flagged(
         twolock::device::FaultPlan::none(),
         audit.clone(),
         &w,
+        3,
     )
     .unwrap();
     let cfg = PipelineConfig {
@@ -263,18 +261,32 @@ fn gpu_bad_designs_are_flagged(
     }
 }
 
-/// Free VRAM comes back to its level before the batch once the pool is trimmed.
+/// Free VRAM comes back to its level once the pool is trimmed, batch after batch. The
+/// baseline is taken after a warm batch of the same shape (the driver's first-use
+/// resources for three concurrent streams are not a leak); a per-batch leak would then
+/// show as a deficit after either of the next two batches.
 #[test]
 fn gpu_pipeline_returns_vram() {
     let w = workload(Family::Sparse, 14, 6, KeyChoice::Real { seed: 1 });
-    let d = gpu(AllocStrategy::Pool);
-    // First-use resources of the context are not a leak: prove once before the baseline.
-    stress::prime(&d, &w).unwrap();
-    d.mark_baseline().unwrap();
-    let pipeline = Pipeline::new(vec![d], PipelineConfig::default());
-    let run = pipeline.prove_batch(w.batch(&RsSource::Seeded(1)).unwrap());
-    assert!(run.results.iter().all(|r| r.is_ok()));
+    let pipeline = Pipeline::new(vec![gpu(AllocStrategy::Pool)], PipelineConfig::default());
     let d = &pipeline.devices()[0];
-    assert_eq!(d.working_bytes(), 0);
-    assert_eq!(d.vram_leaked().unwrap(), 0);
+    let free = || {
+        d.settle().unwrap();
+        d.gpu().mem_info().unwrap().0
+    };
+    let cold = free();
+    for round in 0..3 {
+        let run = pipeline.prove_batch(w.batch(&RsSource::Seeded(round)).unwrap());
+        assert!(run.results.iter().all(|r| r.is_ok()), "round {round}");
+        assert_eq!(d.working_bytes(), 0, "round {round}");
+        if round == 0 {
+            eprintln!(
+                "first-use growth of the warm batch: {} bytes",
+                cold.saturating_sub(free())
+            );
+            d.mark_baseline().unwrap();
+        } else {
+            assert_eq!(d.vram_leaked().unwrap(), 0, "round {round}");
+        }
+    }
 }
