@@ -19,18 +19,31 @@ pub struct ScalarClasses {
 impl ScalarClasses {
     /// Classifies `scalars`. Indices are u32: a partition has < 2^32 scalars.
     pub fn classify(scalars: &[Fr]) -> Self {
-        let mut classes = ScalarClasses {
+        use rayon::prelude::*;
+        const CHUNK: usize = 1 << 16;
+        // Chunks in parallel, then concatenated in order, so the lists stay sorted.
+        let parts: Vec<(Vec<u32>, Vec<u32>)> = scalars
+            .par_chunks(CHUNK)
+            .enumerate()
+            .map(|(c, chunk)| {
+                let (mut ones, mut others) = (Vec::new(), Vec::new());
+                for (j, s) in chunk.iter().enumerate() {
+                    let i = (c * CHUNK + j) as u32;
+                    if s.is_one() {
+                        ones.push(i);
+                    } else if !s.is_zero() {
+                        others.push(i);
+                    }
+                }
+                (ones, others)
+            })
+            .collect();
+        let (ones, others) = parts.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+        ScalarClasses {
             len: scalars.len(),
-            ..Default::default()
-        };
-        for (i, s) in scalars.iter().enumerate() {
-            if s.is_one() {
-                classes.ones.push(i as u32);
-            } else if !s.is_zero() {
-                classes.others.push(i as u32);
-            }
+            ones: ones.concat(),
+            others: others.concat(),
         }
-        classes
     }
 
     pub fn zeros(&self) -> usize {
@@ -69,13 +82,23 @@ where
         .filter(|&&i| (i as usize) < n)
         .fold(G::zero, |acc, &i| acc + bases[i as usize])
         .reduce(G::zero, |a, b| a + b);
+    acc + msm_others::<G>(bases, scalars, classes)
+}
+
+/// The others' part of [`msm_split`] alone: Σ scalars_i · bases_i over the scalars that
+/// are neither 0 nor 1 (for when the ones were summed elsewhere, e.g. on the device).
+pub fn msm_others<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasses) -> G
+where
+    G: VariableBaseMSM<ScalarField = Fr>,
+{
+    let n = bases.len().min(scalars.len());
     let (b, s): (Vec<G::MulBase>, Vec<_>) = classes
         .others
         .iter()
         .filter(|&&i| (i as usize) < n)
         .map(|&i| (bases[i as usize], scalars[i as usize].into_bigint()))
         .unzip();
-    acc + G::msm_bigint(&b, &s)
+    G::msm_bigint(&b, &s)
 }
 
 #[cfg(test)]

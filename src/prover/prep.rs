@@ -27,7 +27,14 @@ pub fn prepare(m: &ConstraintMatrices, z: &[Fr]) -> Result<PartitionInputs, Prov
             "the assignment must start with the constant one".into(),
         ));
     }
-    if let Some(row) = (0..m.num_constraints).find(|&i| a[i] * b[i] != c[i]) {
+    let violated = {
+        use rayon::prelude::*;
+        (0..m.num_constraints)
+            .into_par_iter()
+            .with_min_len(1 << 12)
+            .find_first(|&i| a[i] * b[i] != c[i])
+    };
+    if let Some(row) = violated {
         return Err(ProveError::Unsatisfied { constraint: row });
     }
     let scalars = z.get(1..).unwrap_or(&[]).to_vec();
