@@ -72,12 +72,6 @@ extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm::sum_chunks(out, in, len, chunk);
 }
 
-extern "C" __global__ void __launch_bounds__(32)
-    msm_combine_windows(g1_xyzz_t* out, const g1_xyzz_t* window_sums, uint32_t count, uint32_t c,
-                        uint32_t accumulate) {
-    msm::combine_windows(out, window_sums, count, c, accumulate);
-}
-
 extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm_batch_add_bitmap(g1_xyzz_t* out, const g1_affine_t* bases, const uint32_t* bitmap, uint32_t n,
                          uint32_t words) {

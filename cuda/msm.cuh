@@ -20,8 +20,9 @@
 //   (d) reduce_buckets    per window, sum_j j*B_j by running sums over groups of L
 //                         buckets, each group then scaled by its offset; sum_chunks folds
 //                         the groups to one point per window.
-//   (e) combine_windows   Horner: acc = 2^c * acc + W_w from the top window down, one
-//                         thread, the doublings inlined (registers, no call per op).
+//   (e) the combination Σ_w 2^(cw)·W_w runs on the host (msm.rs `combine_windows`):
+//                         one chain of ~255 dependent doublings is latency-bound on one
+//                         GPU thread (8.6 ms) and takes ~0.1 ms on a CPU core.
 //
 // Signed digits: with a window of c bits, k = sum_w d_w 2^(cw), d_w in
 // [-(2^(c-1) - 1), 2^(c-1)], bucket |d_w| in 1..2^(c-1); a zero digit lands in no
@@ -51,10 +52,9 @@ constexpr uint32_t NO_KEY = 0xffffffffu;
 constexpr unsigned FULL_MASK = 0xffffffffu;
 
 // Out-of-line point ops for the stages off the hot path (head folding, reduction,
-// combination): each inlined copy of the complete XYZZ addition costs nvcc tens of
+// chunk sums): each inlined copy of the complete XYZZ addition costs nvcc tens of
 // seconds, and these stages do a small share of the additions. The hot loops
-// (accumulate_sorted, batch_add_bitmap) inline xyzz_add_affine once each;
-// combine_windows inlines xyzz_dbl once (its one long chain of doublings).
+// (accumulate_sorted, batch_add_bitmap) inline xyzz_add_affine once each.
 template <class F>
 __device__ __noinline__ void add_ool(xyzz_t<F>& p, const xyzz_t<F>& q) {
     xyzz_add(p, q);
@@ -458,39 +458,6 @@ __device__ __forceinline__ void sum_chunks(xyzz_t<F>* __restrict__ out, const xy
     xyzz_t<F> acc = src[from];
     for (uint32_t q = from + 1; q < to; q++) add_ool(acc, src[q]);
     out[gi * out_len + t] = acc;
-}
-
-// ---------------------------------------------------------------------------------
-// (e) window combination
-
-// One thread: acc = W_{count-1}; acc = 2^c acc + W_w for w from count-2 down to 0;
-// *out = acc (+ *out when `accumulate`, e.g. the split's batch-addition result).
-// The c·(count-1) doublings form one dependent chain (splitting the windows over
-// threads leaves the top window's chain as long), so each must be cheap: they run on an
-// inlined xyzz_dbl (one small copy) with acc in registers. The few additions share one
-// call of the out-of-line xyzz_add; only its arguments go through local memory (acc's
-// own address never escapes, so the doubling loop stays in registers).
-template <class F>
-__device__ __forceinline__ void combine_windows(xyzz_t<F>* out, const xyzz_t<F>* __restrict__ window_sums, uint32_t count,
-                                                uint32_t c, uint32_t accumulate) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    xyzz_t<F> acc = window_sums[count - 1];
-    // w runs from count-2 down to 0, then one more pass (w = -1) adds *out if asked.
-    for (int w = (int)count - 2; w >= -1; w--) {
-        xyzz_t<F> sum, addend;
-        if (w >= 0) {
-            for (uint32_t i = 0; i < c; i++) xyzz_dbl(acc);
-            addend = window_sums[w];
-        } else if (accumulate) {
-            addend = *out;
-        } else {
-            break;
-        }
-        sum = acc;
-        add_ool(sum, addend);
-        acc = sum;
-    }
-    *out = acc;
 }
 
 // ---------------------------------------------------------------------------------

@@ -11,20 +11,22 @@
 
 use std::sync::{Arc, OnceLock};
 
-use ark_bls12_381::{G1Affine, G1Projective};
+use ark_bls12_381::{G1Affine, G1Projective, G2Affine, G2Projective};
 use ark_ec::{AffineRepr, CurveGroup, VariableBaseMSM};
-use ark_ff::{BigInteger, Field, One, PrimeField, UniformRand, Zero};
+use ark_ff::{BigInteger, One, PrimeField, UniformRand, Zero};
 use cudarc::driver::CudaStream;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use rayon::prelude::*;
+use twolock::device::cuda::g2::{batch_add_g2, DeviceG2Bases, G2Scratch};
 use twolock::device::cuda::layout::fr_as_dev;
 use twolock::device::cuda::msm::{
     self, batch_add, classify, msm_enqueue, msm_split, random_scalars, read_points, signed_digits,
-    stages, walk_bases, Bitmap, DeviceBases, DeviceScalars, MsmWorkspace, ScalarsRef, SplitScalars,
-    WindowPlan,
+    stages, walk_bases, Bitmap, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace, ScalarsRef,
+    SplitScalars, WindowPlan,
 };
-use twolock::device::cuda::{AllocKind, CudaError, DevFr, DevG1Xyzz, Gpu};
+use twolock::device::cuda::{AllocKind, CudaError, DevFr, Gpu};
 use twolock::device::ScalarClasses;
 use twolock::Fr;
 
@@ -339,8 +341,8 @@ fn gpu_msm_windows_per_pass_and_slots() {
     for wpp in [Some(1), Some(3), None] {
         let mut ws = MsmWorkspace::with_windows_per_pass(gpu(), &s, n, wpp, AllocKind::Sync)
             .expect("workspace");
-        let mut out = gpu().alloc_async::<DevG1Xyzz>(&s, 4).expect("out");
-        gpu().poison(&s, &mut out).expect("poison");
+        let mut out = MsmResults::alloc(gpu(), &s, 4, AllocKind::StreamOrdered).expect("out");
+        out.poison(gpu(), &s).expect("poison");
         for run in 0..2 {
             for (i, sc) in sets.iter().enumerate() {
                 msm_enqueue(
@@ -357,7 +359,7 @@ fn gpu_msm_windows_per_pass_and_slots() {
             let got = read_points(gpu(), &s, &out);
             // Slot 3 was never written: it still holds poison, which must be refused.
             assert!(got.is_err(), "poisoned slot decoded as a point");
-            let mut out3 = gpu().alloc_async::<DevG1Xyzz>(&s, 3).expect("out");
+            let mut out3 = MsmResults::alloc(gpu(), &s, 3, AllocKind::StreamOrdered).expect("out");
             for (i, sc) in sets.iter().enumerate() {
                 msm_enqueue(
                     gpu(),
@@ -398,9 +400,9 @@ fn gpu_msm_explicit_window_plans() {
             let mut ws = MsmWorkspace::with_plan(gpu(), &s, n, plan, AllocKind::StreamOrdered)
                 .expect("workspace");
             assert_eq!(ws.plan_for(n), plan);
-            let mut out = gpu().alloc_async::<DevG1Xyzz>(&s, 1).expect("out");
+            let mut out = MsmResults::alloc(gpu(), &s, 1, AllocKind::StreamOrdered).expect("out");
             for run in 0..2 {
-                gpu().poison(&s, &mut out).expect("poison");
+                out.poison(gpu(), &s).expect("poison");
                 let sc = ScalarsRef::Host(&scalars);
                 msm_enqueue(gpu(), &s, &mut ws, dev.view(), sc, &mut out, 0).expect("enqueue");
                 let got = read_points(gpu(), &s, &out).expect("read")[0];
@@ -429,7 +431,7 @@ fn gpu_msm_errors_are_values() {
     let e = msm::msm(gpu(), &s, dev.view(), ScalarsRef::Host(&scalars)).unwrap_err();
     assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
     let mut ws = MsmWorkspace::new(gpu(), &s, 5, AllocKind::StreamOrdered).expect("workspace");
-    let mut out = gpu().alloc_async::<DevG1Xyzz>(&s, 1).expect("out");
+    let mut out = MsmResults::alloc(gpu(), &s, 1, AllocKind::StreamOrdered).expect("out");
     let e = msm_enqueue(
         gpu(),
         &s,
@@ -705,42 +707,6 @@ fn gpu_stage_reduce() {
 }
 
 #[test]
-fn gpu_stage_combine() {
-    let s = stream();
-    let mut r = rng(26);
-    for c in [4u32, 13, 20] {
-        let windows = WindowPlan::with_bits(c).windows as usize;
-        let mut sums: Vec<G1Projective> =
-            (0..windows).map(|_| G1Projective::rand(&mut r)).collect();
-        sums[0] = G1Projective::zero();
-        sums[windows / 2] = sums[windows / 2 - 1];
-        let shift = Fr::from(2u64).pow([u64::from(c)]);
-        let want = sums
-            .iter()
-            .rev()
-            .fold(G1Projective::zero(), |acc, w| acc * shift + w);
-        for run in 0..2 {
-            let got = stages::combine(gpu(), &s, &sums, c).expect("combine");
-            assert_eq!(got, want, "c {c}, run {run}");
-        }
-    }
-    let top_only: Vec<G1Projective> = (0..20)
-        .map(|i| {
-            if i == 19 {
-                G1Projective::rand(&mut r)
-            } else {
-                G1Projective::zero()
-            }
-        })
-        .collect();
-    let want = top_only[19] * Fr::from(2u64).pow([13 * 19]);
-    assert_eq!(
-        stages::combine(gpu(), &s, &top_only, 13).expect("combine"),
-        want
-    );
-}
-
-#[test]
 fn gpu_bench_msm_smoke() {
     let t = msm::bench_msm(gpu(), &[10, 12], 3).expect("bench");
     assert_eq!(t.len(), 2);
@@ -748,4 +714,219 @@ fn gpu_bench_msm_smoke() {
         assert!(x.consistent, "results moved between runs at 2^{}", x.log_n);
         assert!(x.median_ms > 0.0 && x.stages_ms.iter().any(|(n, _)| n == "accumulate"));
     }
+}
+
+// ---------------------------------------------------------------------------------
+// G2 batch addition (B_G2's ones)
+
+/// n G2 bases: independent (n ≤ 256) or P_0 + i·D from random P_0, D, walked in
+/// parallel chunks and batch-normalized.
+fn g2_bases(n: usize, salt: u64) -> Vec<G2Affine> {
+    const CHUNK: usize = 1 << 12;
+    let mut r = rng(salt);
+    if n <= 256 {
+        let v: Vec<G2Projective> = (0..n).map(|_| G2Projective::rand(&mut r)).collect();
+        return G2Projective::normalize_batch(&v);
+    }
+    let (p0, d) = (G2Projective::rand(&mut r), G2Projective::rand(&mut r));
+    let step = d * Fr::from(CHUNK as u64);
+    (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .flat_map_iter(|j| {
+            let start = p0 + step * Fr::from(j as u64);
+            let walk = std::iter::successors(Some(start), |p| Some(*p + d));
+            let chunk: Vec<G2Projective> = walk.take(CHUNK.min(n - j * CHUNK)).collect();
+            G2Projective::normalize_batch(&chunk)
+        })
+        .collect()
+}
+
+fn g2_upload(s: &Arc<CudaStream>, points: &[G2Affine]) -> DeviceG2Bases {
+    DeviceG2Bases::upload(gpu(), s, points, AllocKind::StreamOrdered).expect("g2 bases upload")
+}
+
+/// The bitmap of `bits`, with every bit past bits.len() in the last word set (the
+/// device must ignore them).
+fn bitmap_words(bits: &[bool]) -> Vec<u32> {
+    let n = bits.len();
+    let mut words = vec![0u32; n.div_ceil(32)];
+    (bits.iter().enumerate())
+        .filter(|(_, b)| **b)
+        .for_each(|(i, _)| words[i / 32] |= 1 << (i % 32));
+    if let Some(w) = words.last_mut() {
+        if n % 32 != 0 {
+            *w |= !0 << (n % 32);
+        }
+    }
+    words
+}
+
+/// arkworks' sum of the selected points (in parallel for large n).
+fn g2_reference(points: &[G2Affine], bits: &[bool]) -> G2Projective {
+    (bits.par_iter().zip(points))
+        .filter(|(b, _)| **b)
+        .map(|(_, p)| p.into_group())
+        .reduce(G2Projective::zero, |a, b| a + b)
+}
+
+/// One batch addition of n = bits.len() through the scratch (poisoned first; the bitmap
+/// in a buffer of its own), then through the standalone entry point.
+fn g2_run(
+    s: &Arc<CudaStream>,
+    scratch: &mut G2Scratch,
+    dev: &DeviceG2Bases,
+    words: &[u32],
+    n: usize,
+) -> (G2Projective, G2Projective) {
+    let mut buf = gpu()
+        .alloc_async::<u32>(s, words.len())
+        .expect("bitmap alloc");
+    if !words.is_empty() {
+        s.memcpy_htod(words, &mut buf).expect("bitmap upload");
+    }
+    scratch.poison(gpu(), s).expect("poison");
+    // SAFETY: `buf` holds ⌈n/32⌉ words, written on `s` before the kernels and freed
+    // only after the sync below.
+    unsafe { scratch.enqueue(gpu(), s, dev, buf.raw(), n) }.expect("g2 enqueue");
+    gpu().sync(s, "g2 test").expect("sync");
+    let got = scratch.read_sum(gpu(), s).expect("g2 read_sum");
+    buf.free().expect("bitmap free");
+    let ones = Bitmap { words, len: n };
+    let standalone = batch_add_g2(gpu(), s, dev, ones).expect("batch_add_g2");
+    (got, standalone)
+}
+
+#[test]
+fn gpu_g2_batch_add_matches_arkworks() {
+    let s = stream();
+    let len = (1 << 12) + 40;
+    let mut points = g2_bases(len, 40);
+    // The exceptional cases, each alone in its bitmap word(s) in the `adversarial` set,
+    // so they reach the formulas as such (a thread sums the set bits of a run of words
+    // into one partial; the fold sums FOLD = 8 consecutive partials per thread):
+    // infinity as a base (5); P + P in one partial (33, 34: the doubling path) and
+    // P + (−P) (67, 68: infinity), then a base after infinity (70); two equal partials
+    // (words 8 and 9) and two opposite ones (words 16 and 17) in one fold chunk, which
+    // a partial sum reaches only when there are more than 64 partials (n > 2048).
+    points[5] = G2Affine::identity();
+    points[34] = points[33];
+    points[68] = (-points[67].into_group()).into_affine();
+    points[288] = points[256];
+    points[544] = (-points[512].into_group()).into_affine();
+    let adversarial = [5usize, 33, 34, 67, 68, 70, 256, 288, 512, 544, 4000, 4096];
+    let dev = g2_upload(&s, &points);
+    let mut scratch =
+        G2Scratch::alloc(gpu(), &s, len, AllocKind::StreamOrdered).expect("g2 scratch");
+    let mut r = rng(40);
+    for n in [0usize, 1, 31, 32, 33, 1000, (1 << 12) - 1, (1 << 12) + 1] {
+        let sets: [(&str, Vec<bool>); 4] = [
+            ("none", vec![false; n]),
+            ("all", vec![true; n]),
+            ("half", (0..n).map(|_| r.gen::<bool>()).collect()),
+            (
+                "adversarial",
+                (0..n).map(|i| adversarial.contains(&i)).collect(),
+            ),
+        ];
+        for (what, bits) in &sets {
+            let want = g2_reference(&points, bits);
+            let words = bitmap_words(bits);
+            for run in 0..2 {
+                let (got, standalone) = g2_run(&s, &mut scratch, &dev, &words, n);
+                assert_eq!(got, want, "n = {n}, {what}, run {run}");
+                assert_eq!(standalone, want, "n = {n}, {what}, standalone, run {run}");
+            }
+        }
+    }
+    let all_inf = vec![G2Affine::identity(); 100];
+    let dev_inf = g2_upload(&s, &all_inf);
+    let words = bitmap_words(&[true; 100]);
+    let (got, standalone) = g2_run(&s, &mut scratch, &dev_inf, &words, 100);
+    assert_eq!(
+        (got, standalone),
+        (G2Projective::zero(), G2Projective::zero())
+    );
+    scratch.free().expect("free");
+    dev.free().expect("free");
+    dev_inf.free().expect("free");
+}
+
+#[test]
+fn gpu_g2_batch_add_2_20() {
+    let s = stream();
+    let n = 1 << 20;
+    let points = g2_bases(n, 41);
+    let dev = g2_upload(&s, &points);
+    let mut r = rng(41);
+    let bits: Vec<bool> = (0..n).map(|_| r.gen::<bool>()).collect();
+    let want = g2_reference(&points, &bits);
+    let words = bitmap_words(&bits);
+    let mut scratch = G2Scratch::alloc(gpu(), &s, n, AllocKind::Sync).expect("g2 scratch");
+    assert!(scratch.bytes() <= G2Scratch::bytes_needed(n));
+    for run in 0..2 {
+        let (got, standalone) = g2_run(&s, &mut scratch, &dev, &words, n);
+        assert_eq!(got, want, "2^20, run {run}");
+        assert_eq!(standalone, want, "2^20, standalone, run {run}");
+    }
+    scratch.free().expect("free");
+    dev.free().expect("free");
+}
+
+#[test]
+fn gpu_g2_batch_add_errors_are_values() {
+    let s = stream();
+    let points = g2_bases(10, 42);
+    let dev = g2_upload(&s, &points);
+    let words = [u32::MAX; 2];
+    let invalid = |r: Result<G2Projective, CudaError>| {
+        let e = r.expect_err("an error");
+        assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+    };
+    // More bits than bases; a bitmap shorter than ⌈len/32⌉ words.
+    invalid(batch_add_g2(
+        gpu(),
+        &s,
+        &dev,
+        Bitmap {
+            words: &words,
+            len: 11,
+        },
+    ));
+    invalid(batch_add_g2(
+        gpu(),
+        &s,
+        &dev,
+        Bitmap {
+            words: &words[..0],
+            len: 1,
+        },
+    ));
+    let mut buf = gpu().alloc_async::<u32>(&s, 2).expect("alloc");
+    s.memcpy_htod(&words[..], &mut buf).expect("upload");
+    let mut scratch = G2Scratch::alloc(gpu(), &s, 5, AllocKind::StreamOrdered).expect("scratch");
+    // Nothing enqueued yet; then n past the scratch, and past the bases.
+    invalid(scratch.read_sum(gpu(), &s));
+    for n in [6usize, 11] {
+        // SAFETY: `buf` holds 2 ≥ ⌈n/32⌉ words and outlives the sync below.
+        let e = unsafe { scratch.enqueue(gpu(), &s, &dev, buf.raw(), n) }.unwrap_err();
+        assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
+        invalid(scratch.read_sum(gpu(), &s));
+    }
+    // A good run, then the scratch poisoned under its result: the poison is refused.
+    // SAFETY: as above.
+    unsafe { scratch.enqueue(gpu(), &s, &dev, buf.raw(), 5) }.expect("enqueue");
+    gpu().sync(&s, "g2 errors").expect("sync");
+    let want: G2Projective = points[..5].iter().map(|p| p.into_group()).sum();
+    assert_eq!(scratch.read_sum(gpu(), &s).expect("sum"), want);
+    scratch.poison(gpu(), &s).expect("poison");
+    invalid(scratch.read_sum(gpu(), &s));
+    // A scratch for 2^22 bases has a partial per resident thread: at least one block
+    // of 64 per SM, within the advertised bound.
+    let big = G2Scratch::alloc(gpu(), &s, 1 << 22, AllocKind::StreamOrdered).expect("scratch");
+    let sms = u64::from(gpu().sm_count().expect("sm count"));
+    assert!(big.bytes() >= sms * 64 * 384, "{} bytes", big.bytes());
+    assert!(big.bytes() <= G2Scratch::bytes_needed(1 << 22));
+    let freed = [scratch.free(), big.free(), buf.free(), dev.free()];
+    freed.into_iter().collect::<Result<(), _>>().expect("free");
+    gpu().sync(&s, "g2 errors free").expect("sync");
 }

@@ -892,7 +892,7 @@ mod kernels {
         if k.json {
             println!("{out:#}");
         } else {
-            println!("bench msm on {} (G1, resident bases, scalars from pinned host memory, median of {} runs); arkworks on {threads} threads", gpu.name(), k.runs.max(3));
+            println!("bench msm on {} (G1, resident bases, scalars from pinned host memory; device time plus the host's finish, median of {} runs); arkworks on {threads} threads", gpu.name(), k.runs.max(3));
             println!(
                 "{:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
                 "log n", "ours ms", "arkworks ms", "speedup", "sppark ms", "ratio", "equal"

@@ -145,9 +145,13 @@ pub struct PartitionInputs {
     pub classes: Arc<ScalarClasses>,
 }
 
-/// The four G1 MSM results the device returns.
+/// The four G1 MSM results the device returns, plus the B_G2 batch addition where the
+/// device runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct G1Results {
+    /// Σ b_g2_query[1 + i] over the scalars equal to one, computed alongside B_G1 (same
+    /// scalars, same ones). `None`: the CPU finish sums the ones itself.
+    pub b_g2_ones: Option<ark_bls12_381::G2Projective>,
     pub h: G1,
     pub l: G1,
     pub a: G1,
@@ -231,7 +235,8 @@ pub trait Device: Send + Sync + 'static {
         stream: &Self::Stream,
         ws: &mut Self::WorkingSet,
     ) -> Result<(), DeviceError>;
-    /// One G1 MSM job (batch addition for ones, Pippenger for the rest).
+    /// One G1 MSM job (batch addition for ones, Pippenger for the rest). The B_G1 job
+    /// may also sum B_G2's ones (see [`G1Results::b_g2_ones`]).
     fn msm(
         &self,
         stream: &Self::Stream,

@@ -25,6 +25,7 @@ type G1 = ark_bls12_381::G1Projective;
 /// Bytes per field element and per affine G1 point on the modelled device.
 const FR_BYTES: u64 = 32;
 const G1_AFFINE_BYTES: u64 = 96;
+const G2_AFFINE_BYTES: u64 = 192;
 
 /// Simulated durations of the GPU stages of one partition (zero: as fast as the CPU).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,6 +104,7 @@ struct Data {
     classes: Arc<ScalarClasses>,
     aux_start: usize,
     results: [Option<G1>; 4],
+    b_g2_ones: Option<ark_bls12_381::G2Projective>,
 }
 
 /// A working set on a [`SimDevice`]: its accounted bytes and its modelled contents.
@@ -176,7 +178,9 @@ impl SimDevice {
     /// Bytes a key's G1 bases take on the device.
     pub fn key_bytes(pk: &ProvingKey) -> u64 {
         let points = pk.h_query.len() + pk.l_query.len() + pk.a_query.len() + pk.b_g1_query.len();
-        points as u64 * G1_AFFINE_BYTES
+        // B_G2's bases without the first (the device sums its ones).
+        let g2 = pk.b_g2_query.len().saturating_sub(1) as u64;
+        points as u64 * G1_AFFINE_BYTES + g2 * G2_AFFINE_BYTES
     }
 
     /// Queues `dur` of work on a lane of `stream`; returns at once (launches are async).
@@ -401,6 +405,7 @@ impl Device for SimDevice {
             classes: inputs.classes.clone(),
             aux_start: inputs.aux_start,
             results: [None; 4],
+            b_g2_ones: None,
         };
         ws.uploaded = true;
         Ok(())
@@ -455,7 +460,16 @@ impl Device for SimDevice {
                 msm_split::<G1>(&pk.l_query, aux, &d.classes.suffix(d.aux_start))
             }
             Stage::MsmA => msm_split::<G1>(&skip_first(&pk.a_query), &d.scalars, &d.classes),
-            _ => msm_split::<G1>(&skip_first(&pk.b_g1_query), &d.scalars, &d.classes),
+            _ => {
+                // As on the GPU: B_G2's ones are summed with B_G1 (same scalars).
+                let ones = ScalarClasses {
+                    others: Vec::new(),
+                    ..(*d.classes).clone()
+                };
+                let b_g2 = pk.b_g2_query.get(1..).unwrap_or(&[]);
+                d.b_g2_ones = Some(msm_split(b_g2, &d.scalars, &ones));
+                msm_split::<G1>(&skip_first(&pk.b_g1_query), &d.scalars, &d.classes)
+            }
         };
         d.results[slot] = Some(result);
         Ok(())
@@ -478,6 +492,7 @@ impl Device for SimDevice {
             })
         };
         Ok(G1Results {
+            b_g2_ones: ws.data.b_g2_ones,
             h: get(0)?,
             l: get(1)?,
             a: get(2)?,

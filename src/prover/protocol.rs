@@ -23,11 +23,14 @@ pub(super) fn prove_partition<D: Device>(w: &Worker<D>, i: usize) -> Result<Proo
         LockMode::Single => single_lock(w, i, &inputs)?,
     };
     let b_g2 = timed(t, i, w.who, Phase::BG2, || {
-        crate::device::split::msm_split::<ark_bls12_381::G2Projective>(
-            batch.pk.b_g2_query.get(1..).unwrap_or(&[]),
-            &inputs.scalars,
-            &inputs.classes,
-        )
+        use crate::device::split::{msm_others, msm_split};
+        type G2 = ark_bls12_381::G2Projective;
+        let bases = batch.pk.b_g2_query.get(1..).unwrap_or(&[]);
+        match g1.b_g2_ones {
+            // The device summed the ones under compute; the others are left.
+            Some(ones) => ones + msm_others::<G2>(bases, &inputs.scalars, &inputs.classes),
+            None => msm_split::<G2>(bases, &inputs.scalars, &inputs.classes),
+        }
     });
     let (r, s) = batch.rs[i];
     let msm = MsmResults {

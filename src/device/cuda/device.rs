@@ -1,5 +1,6 @@
-//! `CudaDevice`: the [`Device`] trait on a real GPU. The witness map and the four G1
-//! MSMs run as kernels; B_G2 and the assembly stay on the CPU (the pipeline's finish).
+//! `CudaDevice`: the [`Device`] trait on a real GPU. The witness map, the four G1 MSMs
+//! and B_G2's batch addition (its ones, read from B_G1's bitmap) run as kernels; B_G2's
+//! other scalars and the assembly stay on the CPU (the pipeline's finish).
 //!
 //! Each worker owns one CUDA stream. Its pre-stage upload and its kernels are ordered
 //! on that stream, so an upload made under mem overlaps the compute holder's kernels on
@@ -14,8 +15,11 @@ use ark_bls12_381::G1Projective;
 use cudarc::driver::{sys, CudaStream};
 
 use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
-use super::layout::{fr_as_dev, DevFr, DevG1Xyzz};
-use super::msm::{self, DeviceBases, DeviceScalars, MsmWorkspace, ScalarsRef, SplitScalars};
+use super::g2::{DeviceG2Bases, G2Scratch};
+use super::layout::{fr_as_dev, DevFr};
+use super::msm::{
+    self, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace, ScalarsRef, SplitScalars,
+};
 use super::witness_map::witness_map;
 use crate::audit::Audit;
 use crate::device::{
@@ -71,7 +75,9 @@ struct Buffers {
     b: DeviceBuffer<DevFr>,
     c: DeviceBuffer<DevFr>,
     msm: MsmWorkspace,
-    out: DeviceBuffer<DevG1Xyzz>,
+    out: MsmResults,
+    /// B_G2's batch addition (run with B_G1, on the same bitmap of ones).
+    g2: G2Scratch,
 }
 
 impl Buffers {
@@ -90,11 +96,16 @@ impl Buffers {
         let (a, b, c) = (alloc(n)?, alloc(n)?, alloc(n)?);
         let max = n.max(shape.num_scalars);
         let msm = MsmWorkspace::with_windows_per_pass(gpu, s, max, windows_per_pass(fp), kind)?;
-        let out = match kind {
-            AllocKind::Sync => gpu.alloc_sync::<DevG1Xyzz>(s, RESULTS)?,
-            AllocKind::StreamOrdered => gpu.alloc_async::<DevG1Xyzz>(s, RESULTS)?,
-        };
-        Ok(Buffers { a, b, c, msm, out })
+        let out = MsmResults::alloc(gpu, s, RESULTS, kind)?;
+        let g2 = G2Scratch::alloc(gpu, s, shape.num_scalars, kind)?;
+        Ok(Buffers {
+            a,
+            b,
+            c,
+            msm,
+            out,
+            g2,
+        })
     }
 
     fn free(self) -> Result<(), CudaError> {
@@ -104,6 +115,7 @@ impl Buffers {
             self.c.free(),
             self.msm.free(),
             self.out.free(),
+            self.g2.free(),
         ]
         .into_iter()
         .collect()
@@ -141,6 +153,8 @@ pub struct CudaKey {
     l: DeviceBases,
     a: DeviceBases,
     b_g1: DeviceBases,
+    /// b_g2_query[1..], aligned with the scalars (like B_G1's bases after the first).
+    b_g2: DeviceG2Bases,
 }
 
 impl CudaKey {
@@ -150,6 +164,7 @@ impl CudaKey {
             self.l.free(),
             self.a.free(),
             self.b_g1.free(),
+            self.b_g2.free(),
         ]
         .into_iter()
         .collect()
@@ -456,11 +471,13 @@ impl Device for CudaDevice {
     fn load_key(&self, pk: &Arc<ProvingKey>) -> Result<CudaKey, DeviceError> {
         let s = self.gpu.default_stream();
         let up = |pts| DeviceBases::upload(&self.gpu, s, pts, AllocKind::Sync);
+        let b_g2 = pk.b_g2_query.get(1..).unwrap_or(&[]);
         Ok(CudaKey {
             h: up(&pk.h_query)?,
             l: up(&pk.l_query)?,
             a: up(&pk.a_query)?,
             b_g1: up(&pk.b_g1_query)?,
+            b_g2: DeviceG2Bases::upload(&self.gpu, s, b_g2, AllocKind::Sync)?,
         })
     }
 
@@ -469,7 +486,8 @@ impl Device for CudaDevice {
         let max = shape.domain_size.max(shape.num_scalars);
         3 * n * FR_BYTES
             + MsmWorkspace::bytes_needed_with(max, windows_per_pass(footprint))
-            + (RESULTS * std::mem::size_of::<DevG1Xyzz>()) as u64
+            + MsmResults::bytes_needed(RESULTS)
+            + G2Scratch::bytes_needed(shape.num_scalars)
     }
 
     fn reserve_arena(&self, _slot_bytes: u64, _slots: usize) -> Result<usize, DeviceError> {
@@ -581,7 +599,8 @@ impl Device for CudaDevice {
             .map_err(CudaError::from)?;
         s.memcpy_htod(fr_as_dev(&inputs.c), &mut ws.bufs.c)
             .map_err(CudaError::from)?;
-        self.gpu.poison(s, &mut ws.bufs.out)?;
+        ws.bufs.out.poison(&self.gpu, s)?;
+        ws.bufs.g2.poison(&self.gpu, s)?;
         let aux = inputs.scalars.get(inputs.aux_start..).unwrap_or(&[]);
         ws.split_all = Some(SplitScalars::from_classes(
             &inputs.classes,
@@ -654,6 +673,15 @@ impl Device for CudaDevice {
                 let view = bases.slice(1..bases.len().max(1)).map_err(&e)?;
                 msm::msm_split_enqueue(g, s, &mut b.msm, view, all, &mut b.out, slot)
                     .map_err(&e)?;
+                if job == Stage::MsmBG1 {
+                    // SAFETY: the split just uploaded the ones' bitmap (⌈len/32⌉ words)
+                    // into the workspace, which nothing rewrites before the next split,
+                    // ordered after this kernel on the same stream.
+                    unsafe {
+                        b.g2.enqueue(g, s, &key.b_g2, b.msm.ones_bitmap(), all.len())
+                    }
+                    .map_err(&e)?;
+                }
                 slot
             }
             other => {
@@ -687,7 +715,9 @@ impl Device for CudaDevice {
             )));
         }
         let p: Vec<G1Projective> = msm::read_points(&self.gpu, &stream.stream, &ws.bufs.out)?;
+        let b_g2_ones = ws.bufs.g2.read_sum(&self.gpu, &stream.stream)?;
         Ok(G1Results {
+            b_g2_ones: Some(b_g2_ones),
             h: p[0],
             l: p[1],
             a: p[2],

@@ -7,8 +7,13 @@
 //! Points are packed: `G1Affine` → [`DevG1Affine`] (x, y; 96 bytes, infinity as
 //! (0, 0), which is not on y² = x³ + 4). Device XYZZ points ([`DevG1Xyzz`], x = X/ZZ,
 //! y = Y/ZZZ, infinity ZZ = 0) come back as Jacobian `G1Projective` with no inversion.
+//!
+//! G2 has the same shapes over `Fq2` = c0 + c1·u ([`DevFq2`], c0 then c1, the device
+//! `fp2_t` of cuda/fp2.cuh): [`DevG2Affine`] (192 bytes, infinity as all zero) and
+//! [`DevG2Xyzz`] (384 bytes) ↔ `G2Affine` / Jacobian `G2Projective`. arkworks' `Fq2` is
+//! not `repr(C)`, so G2 values are copied coordinate by coordinate, never cast.
 
-use ark_bls12_381::{Fq, G1Affine, G1Projective};
+use ark_bls12_381::{Fq, Fq2, G1Affine, G1Projective, G2Affine, G2Projective};
 use ark_ec::AffineRepr;
 use ark_ff::{BigInt, Field, PrimeField, Zero};
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
@@ -43,6 +48,33 @@ pub struct DevG1Xyzz {
     pub zzz: DevFq,
 }
 
+/// An `Fq2` = c0 + c1·u as the device sees it (`fp2_t`): c0 then c1, each a [`DevFq`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DevFq2 {
+    pub c0: DevFq,
+    pub c1: DevFq,
+}
+
+/// A G2 affine point as the device sees it (`g2_affine_t` of cuda/g2.cu); infinity is
+/// all zero, which is not on y² = x³ + 4(u + 1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DevG2Affine {
+    pub x: DevFq2,
+    pub y: DevFq2,
+}
+
+/// A G2 XYZZ point as the device sees it (`g2_xyzz_t`); infinity is ZZ = 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DevG2Xyzz {
+    pub x: DevFq2,
+    pub y: DevFq2,
+    pub zz: DevFq2,
+    pub zzz: DevFq2,
+}
+
 // SAFETY: plain `#[repr(C)]`/transparent arrays of u64 with no padding; every bit
 // pattern is a valid value of the Rust type (validity as a field element is checked
 // separately where it matters), and all-zero bits are the zero element / infinity.
@@ -54,6 +86,12 @@ unsafe impl DeviceRepr for DevG1Affine {}
 unsafe impl ValidAsZeroBits for DevG1Affine {}
 unsafe impl DeviceRepr for DevG1Xyzz {}
 unsafe impl ValidAsZeroBits for DevG1Xyzz {}
+unsafe impl DeviceRepr for DevFq2 {}
+unsafe impl ValidAsZeroBits for DevFq2 {}
+unsafe impl DeviceRepr for DevG2Affine {}
+unsafe impl ValidAsZeroBits for DevG2Affine {}
+unsafe impl DeviceRepr for DevG2Xyzz {}
+unsafe impl ValidAsZeroBits for DevG2Xyzz {}
 
 // The in-place casts below rely on these. `Fr` is `Fp(BigInt<4>, PhantomData)` and
 // `BigInt<4>` is `([u64; 4])`: a struct whose only sized field fills all of its bytes
@@ -65,6 +103,10 @@ const _: () = assert!(std::mem::size_of::<DevFr>() == 32);
 const _: () = assert!(std::mem::size_of::<DevFq>() == 48);
 const _: () = assert!(std::mem::size_of::<DevG1Affine>() == 96);
 const _: () = assert!(std::mem::size_of::<DevG1Xyzz>() == 192);
+// The sizes of fp2_t, g2_affine_t and g2_xyzz_t (static_asserts in cuda/fp2.cuh, g2.cu).
+const _: () = assert!(std::mem::size_of::<DevFq2>() == 96);
+const _: () = assert!(std::mem::size_of::<DevG2Affine>() == 192);
+const _: () = assert!(std::mem::size_of::<DevG2Xyzz>() == 384);
 
 /// Views arkworks scalars as device scalars, without copying.
 pub fn fr_as_dev(s: &[Fr]) -> &[DevFr] {
@@ -167,6 +209,78 @@ pub fn projective_to_xyzz(p: &G1Projective) -> DevG1Xyzz {
     }
 }
 
+pub fn fq2_to_dev(f: &Fq2) -> DevFq2 {
+    DevFq2 {
+        c0: fq_to_dev(&f.c0),
+        c1: fq_to_dev(&f.c1),
+    }
+}
+
+/// The `Fq2` element with these limbs, or `None` if either coordinate is ≥ p.
+pub fn fq2_from_dev(d: &DevFq2) -> Option<Fq2> {
+    Some(Fq2::new(fq_from_dev(&d.c0)?, fq_from_dev(&d.c1)?))
+}
+
+/// Packs a G2 affine point; infinity becomes all zero.
+pub fn g2_affine_to_dev(p: &G2Affine) -> DevG2Affine {
+    if p.is_zero() {
+        DevG2Affine::default()
+    } else {
+        DevG2Affine {
+            x: fq2_to_dev(&p.x),
+            y: fq2_to_dev(&p.y),
+        }
+    }
+}
+
+/// Packs many G2 affine points (in parallel for large keys).
+pub fn g2_affines_to_dev(points: &[G2Affine]) -> Vec<DevG2Affine> {
+    use rayon::prelude::*;
+    points.par_iter().map(g2_affine_to_dev).collect()
+}
+
+/// Unpacks a G2 affine point: all zero is infinity; otherwise the coordinates must be
+/// reduced and the point on the curve, or `None`. (No subgroup check.)
+pub fn g2_affine_from_dev(d: &DevG2Affine) -> Option<G2Affine> {
+    let (x, y) = (fq2_from_dev(&d.x)?, fq2_from_dev(&d.y)?);
+    if x.is_zero() && y.is_zero() {
+        return Some(G2Affine::identity());
+    }
+    let p = G2Affine::new_unchecked(x, y);
+    p.is_on_curve().then_some(p)
+}
+
+/// Device G2 XYZZ → Jacobian with no inversion, as [`xyzz_to_projective`] does for G1:
+/// Z = ZZ·ZZZ, X = X·ZZ·ZZZ², Y = Y·ZZ³·ZZZ². ZZ = 0 is infinity. `None` if a
+/// coordinate is not reduced. (No curve check.)
+pub fn g2_xyzz_to_projective(d: &DevG2Xyzz) -> Option<G2Projective> {
+    let (x, y) = (fq2_from_dev(&d.x)?, fq2_from_dev(&d.y)?);
+    let (zz, zzz) = (fq2_from_dev(&d.zz)?, fq2_from_dev(&d.zzz)?);
+    if zz.is_zero() {
+        return Some(G2Projective::zero());
+    }
+    let zzz2 = zzz.square();
+    let z = zz * zzz;
+    let xj = x * zz * zzz2;
+    let yj = y * zz.square() * zz * zzz2;
+    Some(G2Projective::new_unchecked(xj, yj, z))
+}
+
+/// G2 Jacobian → device XYZZ: ZZ = Z², ZZZ = Z³ (infinity: all zero).
+pub fn g2_projective_to_xyzz(p: &G2Projective) -> DevG2Xyzz {
+    if p.is_zero() {
+        return DevG2Xyzz::default();
+    }
+    let zz = p.z.square();
+    let zzz = zz * p.z;
+    DevG2Xyzz {
+        x: fq2_to_dev(&p.x),
+        y: fq2_to_dev(&p.y),
+        zz: fq2_to_dev(&zz),
+        zzz: fq2_to_dev(&zzz),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +370,85 @@ mod tests {
             projective_to_xyzz(&G1Projective::zero()),
             DevG1Xyzz::default()
         );
+    }
+
+    #[test]
+    fn layout_g2_roundtrip() {
+        let mut rng = ChaCha20Rng::seed_from_u64(4);
+        let mut pts: Vec<G2Affine> = (0..16)
+            .map(|_| G2Projective::rand(&mut rng).into_affine())
+            .collect();
+        pts.push(G2Affine::identity());
+        pts.push(G2Affine::generator());
+        let dev = g2_affines_to_dev(&pts);
+        assert_eq!(dev[16], DevG2Affine::default());
+        for (p, d) in pts.iter().zip(&dev).filter(|(p, _)| !p.is_zero()) {
+            // c0 then c1, each arkworks' Montgomery limbs.
+            assert_eq!((d.x.c0.0, d.x.c1.0), (p.x.c0.0 .0, p.x.c1.0 .0));
+            assert_eq!((d.y.c0.0, d.y.c1.0), (p.y.c0.0 .0, p.y.c1.0 .0));
+        }
+        for (p, d) in pts.iter().zip(&dev) {
+            assert_eq!(g2_affine_from_dev(d), Some(*p));
+        }
+        // Off-curve and unreduced data are refused.
+        let mut bad = dev[0];
+        bad.y = bad.x;
+        assert_eq!(g2_affine_from_dev(&bad), None);
+        let mut bad = dev[0];
+        bad.x.c1 = DevFq(Fq::MODULUS.0);
+        assert_eq!(g2_affine_from_dev(&bad), None);
+        assert_eq!(fq2_from_dev(&bad.x), None);
+        let mut bad = dev[0];
+        bad.y.c0 = DevFq([u64::MAX; 6]);
+        assert_eq!(g2_affine_from_dev(&bad), None);
+    }
+
+    #[test]
+    fn layout_g2_xyzz_roundtrip() {
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        for _ in 0..16 {
+            // A Jacobian point with a random non-trivial Z.
+            let p = G2Projective::rand(&mut rng);
+            let s = Fq2::rand(&mut rng);
+            let q = G2Projective::new_unchecked(p.x * s.square(), p.y * s.square() * s, p.z * s);
+            assert_eq!(p, q);
+            let d = g2_projective_to_xyzz(&q);
+            let back = g2_xyzz_to_projective(&d).expect("reduced");
+            assert_eq!(back, p);
+            assert!(back.into_affine().is_on_curve());
+            // XYZZ with ZZ³ ≠ ZZZ² (X, Y, ZZ, ZZZ all scaled by t) also converts.
+            let t = Fq2::rand(&mut rng);
+            let f = |c: &DevFq2| fq2_to_dev(&(fq2_from_dev(c).unwrap() * t));
+            let d2 = DevG2Xyzz {
+                x: f(&d.x),
+                y: f(&d.y),
+                zz: f(&d.zz),
+                zzz: f(&d.zzz),
+            };
+            assert_eq!(g2_xyzz_to_projective(&d2), Some(p));
+            // Affine (ZZ = ZZZ = 1), as the device's first addition leaves it.
+            let a = p.into_affine();
+            let one = fq2_to_dev(&Fq2::one());
+            let d3 = DevG2Xyzz {
+                x: fq2_to_dev(&a.x),
+                y: fq2_to_dev(&a.y),
+                zz: one,
+                zzz: one,
+            };
+            assert_eq!(g2_xyzz_to_projective(&d3), Some(p));
+        }
+        assert_eq!(
+            g2_xyzz_to_projective(&DevG2Xyzz::default()),
+            Some(G2Projective::zero())
+        );
+        assert_eq!(
+            g2_projective_to_xyzz(&G2Projective::zero()),
+            DevG2Xyzz::default()
+        );
+        // An unreduced coordinate (the 0xA5 poison) is refused.
+        let poison = DevFq([0xa5a5_a5a5_a5a5_a5a5; 6]);
+        let mut bad = g2_projective_to_xyzz(&G2Projective::rand(&mut rng));
+        bad.zzz.c1 = poison;
+        assert_eq!(g2_xyzz_to_projective(&bad), None);
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod arith;
 pub mod context;
+pub mod g2;
 pub mod layout;
 pub mod msm;
 pub mod ntt;

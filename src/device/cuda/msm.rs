@@ -17,8 +17,9 @@
 //!
 //! Each stage is one kernel of `cuda/msm.cu` (pipeline in `cuda/msm.cuh`); [`stages`]
 //! runs each alone for the tests. The `*_enqueue` functions only enqueue on the caller's
-//! stream and write a point into a caller's slot; [`read_points`] waits (checked) and
-//! converts. The plain functions ([`msm`], [`batch_add`], [`msm_split`]) allocate a
+//! stream and write a result record into a slot of an [`MsmResults`]: an accumulator
+//! (the batch addition's sum, or zero) and the window sums. [`read_points`] waits
+//! (checked), converts, and combines the windows on the host (stage (e)). The plain functions ([`msm`], [`batch_add`], [`msm_split`]) allocate a
 //! workspace, wait, and free it before they return. Every driver call and launch returns
 //! its error; a slot that holds no point of G1 is an error too.
 
@@ -27,8 +28,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use ark_bls12_381::{G1Affine, G1Projective};
-use ark_ec::CurveGroup;
-use ark_ff::{One, UniformRand, Zero};
+use ark_ec::{AdditiveGroup, CurveGroup};
+use ark_ff::{Field, One, UniformRand, Zero};
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{result, CudaEvent, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use rand::SeedableRng;
@@ -58,7 +59,6 @@ pub mod kernel {
     pub const ACCUMULATE_HEADS: &str = "msm_accumulate_heads";
     pub const REDUCE_BUCKETS: &str = "msm_reduce_buckets";
     pub const SUM_CHUNKS: &str = "msm_sum_chunks";
-    pub const COMBINE_WINDOWS: &str = "msm_combine_windows";
     pub const BATCH_ADD_BITMAP: &str = "msm_batch_add_bitmap";
 }
 
@@ -409,7 +409,6 @@ struct Scratch {
     buckets: CUdeviceptr,
     head_pts: [CUdeviceptr; 2],
     partials: [CUdeviceptr; 2],
-    window_sums: CUdeviceptr,
     slices: usize,
 }
 
@@ -447,10 +446,10 @@ impl Sizes {
             s,
         ]
     }
-    /// Point regions: buckets, head points ×2, partials ×2, window sums.
-    fn points(&self) -> [usize; 6] {
+    /// Point regions: buckets, head points ×2, partials ×2.
+    fn points(&self) -> [usize; 5] {
         let (k, s, p) = (self.keys, self.slices, self.partials);
-        [k, s, s, p[0], p[1], MAX_WINDOWS]
+        [k, s, s, p[0], p[1]]
     }
     fn bytes(&self) -> u64 {
         let words: usize = self.words().iter().sum();
@@ -477,7 +476,6 @@ impl Sizes {
             buckets: point(0),
             head_pts: [point(1), point(2)],
             partials: [point(3), point(4)],
-            window_sums: point(5),
             slices: self.slices,
         }
     }
@@ -598,6 +596,12 @@ impl MsmWorkspace {
     }
     pub fn bytes(&self) -> u64 {
         self.sizes.bytes()
+    }
+    /// The device bitmap of the last batch addition enqueued on this workspace (⌈n/32⌉
+    /// words): valid, in stream order, until the next batch addition on it. B_G2's
+    /// batch addition reads B_G1's ones from here.
+    pub fn ones_bitmap(&self) -> CUdeviceptr {
+        self.scratch.bitmap
     }
     pub fn max_len(&self) -> usize {
         self.sizes.max_n
@@ -880,52 +884,33 @@ unsafe fn enqueue_fold(
     }
 }
 
-/// (e) *out = Σ_w 2^(cw)·sums[w] (+ *out when `accumulate`).
-unsafe fn enqueue_combine(
-    gpu: &Gpu,
-    s: &Stream,
-    out: CUdeviceptr,
-    sums: CUdeviceptr,
-    plan: WindowPlan,
-    accumulate: bool,
-) -> Result<(), CudaError> {
-    let (acc, windows, c) = (u32::from(accumulate), plan.windows, plan.c);
-    // msm_combine_windows(xyzz* out, const xyzz* window_sums, u32 count, u32 c, u32 accumulate)
-    launch!(gpu, s, kernel::COMBINE_WINDOWS, grid_1d(1, 32)?; out, sums, windows, c, acc)
-}
-
 /// One Pippenger run over the n canonical scalars already in `scalars` of the scratch.
 struct Run {
     bases: CUdeviceptr,
     n: usize,
     /// Base of scalar i: base_index[i] (0: i).
     base_index: CUdeviceptr,
-    out: CUdeviceptr,
-    /// Add to *out instead of overwriting it.
-    accumulate: bool,
+    /// Where the window sums go (the plan's W points).
+    windows: CUdeviceptr,
 }
 
+/// Stages (a)–(d): the window sums of `run` into `run.windows`. Returns the plan they
+/// were made with (None for n = 0: no windows, nothing enqueued).
 unsafe fn enqueue_pippenger(
     gpu: &Gpu,
     s: &Stream,
     ws: &MsmWorkspace,
     run: Run,
     mut clock: Option<&mut Clock>,
-) -> Result<(), CudaError> {
+) -> Result<Option<WindowPlan>, CudaError> {
     let Run {
         bases,
         n,
         base_index,
-        out,
-        accumulate,
+        windows,
     } = run;
     if n == 0 {
-        // SAFETY: `out` is one point.
-        return if accumulate {
-            Ok(())
-        } else {
-            unsafe { zero(gpu, s, out, XYZZ as usize) }
-        };
+        return Ok(None);
     }
     let (plan, sc) = (ws.plan_for(n), &ws.scratch);
     let wg = ws.windows_per_pass(n, plan)?;
@@ -942,21 +927,12 @@ unsafe fn enqueue_pippenger(
             let keys = wc as usize * plan.buckets();
             enqueue_accumulate(gpu, s, sc, bases, keys, slices, FOLD)?;
             mark(gpu, s, &mut clock, "accumulate")?;
-            enqueue_reduce(
-                gpu,
-                s,
-                sc,
-                sc.window_sums + u64::from(w0) * XYZZ,
-                plan.c,
-                wc,
-                span,
-            )?;
+            let at = windows + u64::from(w0) * XYZZ;
+            enqueue_reduce(gpu, s, sc, at, plan.c, wc, span)?;
             mark(gpu, s, &mut clock, "reduce")?;
         }
     }
-    // SAFETY: window_sums holds plan.windows ≤ MAX_WINDOWS points; `out` one.
-    unsafe { enqueue_combine(gpu, s, out, sc.window_sums, plan, accumulate) }?;
-    mark(gpu, s, &mut clock, "combine")
+    Ok(Some(plan))
 }
 
 /// *out = Σ bases[i] over the set bits i < n of the bitmap at `sc.bitmap`.
@@ -985,12 +961,65 @@ unsafe fn enqueue_batch_add(
 // ---------------------------------------------------------------------------------
 // Public entry points
 
-/// The device address of `out[index]`.
-fn slot(out: &mut DeviceBuffer<DevG1Xyzz>, index: usize) -> Result<CUdeviceptr, CudaError> {
-    if index >= out.len() {
-        return Err(invalid(format!("result slot {index} of {}", out.len())));
+/// Points per result slot: the accumulator and up to [`MAX_WINDOWS`] window sums.
+pub const RECORD: usize = 1 + MAX_WINDOWS;
+
+/// Result slots on the device, one per MSM. The device writes each slot's accumulator
+/// (a batch addition's sum, or zero) and its window sums W_w; [`read_points`] finishes
+/// on the host, acc + Σ_w 2^(cw)·W_w. That Horner chain of c·(W − 1) dependent
+/// doublings took 8.6 ms as one GPU thread (at every size, since W·c ≈ 256) and takes
+/// about 0.1 ms on one CPU core.
+#[derive(Debug)]
+pub struct MsmResults {
+    buf: DeviceBuffer<DevG1Xyzz>,
+    /// The plan each slot's window sums were made with (None: the accumulator only).
+    plans: Vec<Option<WindowPlan>>,
+}
+
+impl MsmResults {
+    pub fn alloc(gpu: &Gpu, s: &Stream, slots: usize, kind: AllocKind) -> Result<Self, CudaError> {
+        let len = slots
+            .checked_mul(RECORD)
+            .ok_or_else(|| invalid(format!("{slots} result slots")))?;
+        Ok(MsmResults {
+            buf: alloc(gpu, s, len, kind)?,
+            plans: vec![None; slots],
+        })
     }
-    Ok(out.raw() + index as u64 * XYZZ)
+    pub fn bytes_needed(slots: usize) -> u64 {
+        (slots * RECORD) as u64 * XYZZ
+    }
+    pub fn slots(&self) -> usize {
+        self.plans.len()
+    }
+    /// Fills every slot with 0xA5 bytes: a slot the device never wrote reads as an error.
+    pub fn poison(&mut self, gpu: &Gpu, s: &Stream) -> Result<(), CudaError> {
+        self.plans.fill(None);
+        gpu.poison(s, &mut self.buf)
+    }
+    pub fn free(self) -> Result<(), CudaError> {
+        self.buf.free()
+    }
+    /// The device address of slot `index`'s record; forgets the slot's previous plan.
+    fn record(&mut self, index: usize) -> Result<CUdeviceptr, CudaError> {
+        let Some(plan) = self.plans.get_mut(index) else {
+            return Err(invalid(format!("result slot {index} of {}", self.slots())));
+        };
+        *plan = None;
+        Ok(self.buf.raw() + (index * RECORD) as u64 * XYZZ)
+    }
+}
+
+/// Stage (e) on the host: Σ_w 2^(cw)·sums[w], by Horner from the top window down.
+pub fn combine_windows(sums: &[G1Projective], c: u32) -> G1Projective {
+    sums.iter().rev().fold(G1Projective::zero(), |mut acc, w| {
+        if !acc.is_zero() {
+            for _ in 0..c {
+                acc.double_in_place();
+            }
+        }
+        acc + w
+    })
 }
 
 /// Puts the scalars' canonical integers in the workspace: copied from the host, or read
@@ -1029,24 +1058,29 @@ pub fn msm_enqueue(
     ws: &mut MsmWorkspace,
     bases: BasesView<'_>,
     scalars: ScalarsRef<'_>,
-    out: &mut DeviceBuffer<DevG1Xyzz>,
+    out: &mut MsmResults,
     index: usize,
 ) -> Result<(), CudaError> {
     let n = scalars.len();
     if n > bases.len {
         return Err(invalid(format!("{n} scalars but {} bases", bases.len)));
     }
-    let out = slot(out, index)?;
+    let rec = out.record(index)?;
     stage_scalars(gpu, stream, ws, scalars)?;
     let run = Run {
         bases: bases.ptr,
         n,
         base_index: 0,
-        out,
-        accumulate: false,
+        windows: rec + XYZZ,
     };
-    // SAFETY: bases hold ≥ n points; `out` is a slot of a live buffer.
-    unsafe { enqueue_pippenger(gpu, stream, ws, run, None) }
+    // SAFETY: the record holds RECORD points (the accumulator, then ≤ MAX_WINDOWS
+    // window sums); bases hold ≥ n points.
+    let plan = unsafe {
+        zero(gpu, stream, rec, XYZZ as usize)?;
+        enqueue_pippenger(gpu, stream, ws, run, None)?
+    };
+    out.plans[index] = plan;
+    Ok(())
 }
 
 /// Bits 0..len of a bitmap: bit i is bit i % 32 of `words[i / 32]`; bits past `len`
@@ -1064,7 +1098,7 @@ pub fn batch_add_enqueue(
     ws: &mut MsmWorkspace,
     bases: BasesView<'_>,
     ones: Bitmap<'_>,
-    out: &mut DeviceBuffer<DevG1Xyzz>,
+    out: &mut MsmResults,
     index: usize,
 ) -> Result<(), CudaError> {
     let len = ones.len;
@@ -1077,11 +1111,12 @@ pub fn batch_add_enqueue(
         );
         return Err(invalid(msg));
     };
-    let out = slot(out, index)?;
-    // SAFETY: the bitmap region holds ⌈max_n/32⌉ words; bases ≥ len points.
+    let rec = out.record(index)?;
+    // SAFETY: the bitmap region holds ⌈max_n/32⌉ words; bases ≥ len points; the
+    // record's first point is the accumulator.
     unsafe {
         upload(gpu, stream, ws.scratch.bitmap, words)?;
-        enqueue_batch_add(gpu, stream, &ws.scratch, bases.ptr, len, out)
+        enqueue_batch_add(gpu, stream, &ws.scratch, bases.ptr, len, rec)
     }
 }
 
@@ -1093,7 +1128,7 @@ pub fn msm_split_enqueue(
     ws: &mut MsmWorkspace,
     bases: BasesView<'_>,
     split: &SplitScalars,
-    out: &mut DeviceBuffer<DevG1Xyzz>,
+    out: &mut MsmResults,
     index: usize,
 ) -> Result<(), CudaError> {
     let ones = Bitmap {
@@ -1101,45 +1136,65 @@ pub fn msm_split_enqueue(
         len: split.len,
     };
     batch_add_enqueue(gpu, stream, ws, bases, ones, out, index)?;
-    let out = slot(out, index)?;
+    let rec = out.record(index)?;
     let n = split.other_indices.len();
     stage_scalars(gpu, stream, ws, ScalarsRef::Host(&split.other_scalars))?;
     let run = Run {
         bases: bases.ptr,
         n,
         base_index: ws.scratch.index,
-        out,
-        accumulate: true,
+        windows: rec + XYZZ,
     };
-    // SAFETY: the index region holds max_n ≥ n entries, each < split.len ≤ bases.len.
-    unsafe {
+    // SAFETY: the index region holds max_n ≥ n entries, each < split.len ≤ bases.len;
+    // the window sums follow the accumulator in the record.
+    let plan = unsafe {
         upload(gpu, stream, ws.scratch.index, &split.other_indices)?;
-        enqueue_pippenger(gpu, stream, ws, run, None)
-    }
+        enqueue_pippenger(gpu, stream, ws, run, None)?
+    };
+    out.plans[index] = plan;
+    Ok(())
 }
 
-/// Waits for `stream` (checked) and converts every slot of `out`. A slot that holds no
-/// point of G1 (unreduced coordinates, ZZ ≠ 0 with ZZZ = 0, or off the curve) is an
-/// error.
+/// Waits for `stream` (checked), converts every slot of `out` and finishes it on the
+/// host (accumulator + combined windows). A point that is not of G1 (unreduced
+/// coordinates, ZZ ≠ 0 with ZZZ = 0, or off the curve), e.g. a slot the device never
+/// wrote, is an error.
 pub fn read_points(
     gpu: &Gpu,
     stream: &Stream,
-    out: &DeviceBuffer<DevG1Xyzz>,
+    out: &MsmResults,
 ) -> Result<Vec<G1Projective>, CudaError> {
-    let mut host = vec![DevG1Xyzz::default(); out.len()];
-    // SAFETY: `out` holds out.len() points; every bit pattern is a valid DevG1Xyzz.
-    unsafe { download(gpu, stream, out.raw(), &mut host) }?;
-    host.iter()
-        .enumerate()
-        .map(|(i, d)| to_point(d, i))
+    let mut host = vec![DevG1Xyzz::default(); out.buf.len()];
+    // SAFETY: `out.buf` holds host.len() points; every bit pattern is a valid DevG1Xyzz.
+    unsafe { download(gpu, stream, out.buf.raw(), &mut host) }?;
+    (host.chunks(RECORD).zip(&out.plans).enumerate())
+        .map(|(i, (rec, plan))| {
+            let acc = to_point(&rec[0], i)?;
+            let Some(plan) = plan else {
+                return Ok(acc);
+            };
+            let sums = (rec.get(1..=plan.windows as usize))
+                .ok_or_else(|| invalid(format!("slot {i}: {} windows", plan.windows)))?
+                .iter()
+                .map(|d| to_point(d, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(acc + combine_windows(&sums, plan.c))
+        })
         .collect()
 }
 
 fn to_point(d: &DevG1Xyzz, i: usize) -> Result<G1Projective, CudaError> {
     let zero = |f: &super::layout::DevFq| f.0 == [0; 6];
     (xyzz_to_projective(d))
-        .filter(|p| (zero(&d.zz) || !zero(&d.zzz)) && p.into_affine().is_on_curve())
+        .filter(|p| (zero(&d.zz) || !zero(&d.zzz)) && on_curve(p))
         .ok_or_else(|| invalid(format!("device MSM result {i} is not a point of G1: {d:?}")))
+}
+
+/// y² = x³ + 4 in Jacobian coordinates (Y² = X³ + 4·Z⁶), without an inversion.
+fn on_curve(p: &G1Projective) -> bool {
+    let z2 = p.z.square();
+    let z6 = z2.square() * z2;
+    p.y.square() == p.x.square() * p.x + z6.double().double()
 }
 
 /// Runs `enqueue` with a workspace for `len` scalars and a poisoned one-point output,
@@ -1148,11 +1203,11 @@ fn run_once(
     gpu: &Gpu,
     s: &Stream,
     len: usize,
-    enqueue: impl FnOnce(&mut MsmWorkspace, &mut DeviceBuffer<DevG1Xyzz>) -> Result<(), CudaError>,
+    enqueue: impl FnOnce(&mut MsmWorkspace, &mut MsmResults) -> Result<(), CudaError>,
 ) -> Result<G1Projective, CudaError> {
     let mut ws = MsmWorkspace::new(gpu, s, len, AllocKind::StreamOrdered)?;
-    let mut out = gpu.alloc_async::<DevG1Xyzz>(s, 1)?;
-    gpu.poison(s, &mut out)?;
+    let mut out = MsmResults::alloc(gpu, s, 1, AllocKind::StreamOrdered)?;
+    out.poison(gpu, s)?;
     let run = enqueue(&mut ws, &mut out).and_then(|()| read_points(gpu, s, &out));
     let freed = ws
         .free()
@@ -1242,8 +1297,11 @@ pub struct MsmTiming {
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
+    /// The host's finish per run (median; included in the run times above): the
+    /// download of the window sums and stage (e), their combination on the CPU.
+    pub finish_ms: f64,
     /// Device ms per stage of one more run, summed over window passes ("scalars" is
-    /// the copy and the conversion).
+    /// the copy and the conversion), then the host's "finish".
     pub stages_ms: Vec<(String, f64)>,
     /// Every run returned the same point (a point that moves between runs is a race).
     pub consistent: bool,
@@ -1253,8 +1311,9 @@ pub struct MsmTiming {
     pub result: Option<G1Projective>,
 }
 
-/// Times [`msm_enqueue`] at each size: a warm-up, then `runs` (at least 3) runs between
-/// CUDA events, median reported. Bases (a random walk) are uploaded once for the
+/// Times [`msm_enqueue`] at each size: a warm-up, then `runs` (at least 3) runs, each
+/// the device time between CUDA events plus the host's finish ([`read_points`]),
+/// median reported. Bases (a random walk) are uploaded once for the
 /// largest size; the workspace is allocated once, outside the timing.
 pub fn bench_msm(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<MsmTiming>, CudaError> {
     bench_msm_with_bits(gpu, log_sizes, runs, None)
@@ -1285,7 +1344,7 @@ pub fn bench_msm_with_bits(
         Some(p) => MsmWorkspace::with_plan(gpu, &s, 1 << max_log, p, kind)?,
         None => MsmWorkspace::new(gpu, &s, 1 << max_log, kind)?,
     };
-    let mut out = gpu.alloc_async::<DevG1Xyzz>(&s, 1)?;
+    let mut out = MsmResults::alloc(gpu, &s, 1, kind)?;
     let mut timings = Vec::with_capacity(log_sizes.len());
     for &log_n in log_sizes {
         let n = 1usize << log_n;
@@ -1294,15 +1353,17 @@ pub fn bench_msm_with_bits(
         pinned
             .as_mut_slice()?
             .copy_from_slice(fr_as_dev(&random_scalars(n, u64::from(log_n))));
-        let (mut times, mut first, mut consistent) = (Vec::with_capacity(runs), None, true);
+        let (mut times, mut finish, mut first, mut consistent) =
+            (Vec::with_capacity(runs), Vec::new(), None, true);
         for run in 0..=runs {
             let scalars = ScalarsRef::Pinned(&pinned);
             let enqueue = || msm_enqueue(gpu, &s, &mut ws, bases.view(), scalars, &mut out, 0);
             let ms = time_on_stream(gpu, &s, enqueue)?;
-            let p = read_points(gpu, &s, &out)?[0];
+            let (p, host_ms) = timed_read(gpu, &s, &out)?;
             consistent &= *first.get_or_insert(p) == p;
             if run > 0 {
-                times.push(ms);
+                times.push(ms + host_ms);
+                finish.push(host_ms);
             }
         }
         let stages_ms = staged_run(gpu, &s, &mut ws, bases.view(), &pinned, &mut out)?;
@@ -1318,6 +1379,7 @@ pub fn bench_msm_with_bits(
             median_ms,
             min_ms,
             max_ms,
+            finish_ms: median(&mut finish),
             stages_ms,
             consistent,
             workspace_bytes,
@@ -1330,28 +1392,43 @@ pub fn bench_msm_with_bits(
     Ok(timings)
 }
 
-/// One MSM with an event after each stage; device ms per stage name, in order.
+/// [`read_points`] of a one-slot result, with its wall time in ms.
+fn timed_read(gpu: &Gpu, s: &Stream, out: &MsmResults) -> Result<(G1Projective, f64), CudaError> {
+    let start = std::time::Instant::now();
+    let p = read_points(gpu, s, out)?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok((
+        p.first().copied().ok_or_else(|| invalid("no MSM result"))?,
+        ms,
+    ))
+}
+
+/// One MSM with an event after each stage; device ms per stage name, in order, then
+/// the host's finish.
 fn staged_run(
     gpu: &Gpu,
     s: &Stream,
     ws: &mut MsmWorkspace,
     bases: BasesView<'_>,
     scalars: &PinnedHostSlice<DevFr>,
-    out: &mut DeviceBuffer<DevG1Xyzz>,
+    out: &mut MsmResults,
 ) -> Result<Vec<(String, f64)>, CudaError> {
     let mut clock: Clock = Vec::new();
     mark(gpu, s, &mut Some(&mut clock), "start")?;
     stage_scalars(gpu, s, ws, ScalarsRef::Pinned(scalars))?;
     mark(gpu, s, &mut Some(&mut clock), "scalars")?;
+    let rec = out.record(0)?;
     let run = Run {
         bases: bases.ptr,
         n: scalars.len(),
         base_index: 0,
-        out: slot(out, 0)?,
-        accumulate: false,
+        windows: rec + XYZZ,
     };
-    // SAFETY: bases hold 2^max_log ≥ n points; `out` is a live slot.
-    unsafe { enqueue_pippenger(gpu, s, ws, run, Some(&mut clock)) }?;
+    // SAFETY: bases hold 2^max_log ≥ n points; `rec` is a live record.
+    out.plans[0] = unsafe {
+        zero(gpu, s, rec, XYZZ as usize)?;
+        enqueue_pippenger(gpu, s, ws, run, Some(&mut clock))?
+    };
     gpu.sync(s, "msm staged run")?;
     let mut stages: Vec<(String, f64)> = Vec::new();
     for pair in clock.windows(2) {
@@ -1361,6 +1438,7 @@ fn staged_run(
             None => stages.push((pair[1].0.to_owned(), ms)),
         }
     }
+    stages.push(("finish (host)".into(), timed_read(gpu, s, out)?.1));
     Ok(stages)
 }
 
@@ -1550,46 +1628,18 @@ pub mod stages {
             })
             .collect();
         let ws = workspace(gpu, s, (0, 0, buckets.len(), 1))?;
+        let mut sums = alloc::<DevG1Xyzz>(gpu, s, wc as usize, AllocKind::StreamOrdered)?;
+        gpu.poison(s, &mut sums)?;
         put(gpu, s, ws.scratch.buckets, &dev)?;
         put(gpu, s, ws.scratch.offsets, &offsets)?;
-        // SAFETY: partials hold ≥ keys ≥ wc·NB/span groups; window sums ≥ wc points.
-        unsafe { enqueue_reduce(gpu, s, &ws.scratch, ws.scratch.window_sums, c, wc, span) }?;
-        let host: Vec<DevG1Xyzz> = get(gpu, s, ws.scratch.window_sums, wc as usize)?;
+        // SAFETY: partials hold ≥ keys ≥ wc·NB/span groups; `sums` wc points.
+        unsafe { enqueue_reduce(gpu, s, &ws.scratch, sums.raw(), c, wc, span) }?;
+        let host: Vec<DevG1Xyzz> = get(gpu, s, sums.raw(), wc as usize)?;
+        sums.free()?;
         host.iter()
             .enumerate()
             .map(|(i, d)| to_point(d, i))
             .collect()
-    }
-
-    /// (e) Σ_w 2^(cw)·sums[w] by Horner on the device (sums.len() windows of c bits).
-    pub fn combine(
-        gpu: &Gpu,
-        s: &Stream,
-        sums: &[G1Projective],
-        c: u32,
-    ) -> Result<G1Projective, CudaError> {
-        if sums.is_empty() || sums.len() > MAX_WINDOWS {
-            return Err(invalid("combine: 1..=64 windows"));
-        }
-        let ws = workspace(gpu, s, (0, 0, 1, 1))?;
-        let dev: Vec<DevG1Xyzz> = sums.iter().map(projective_to_xyzz).collect();
-        put(gpu, s, ws.scratch.window_sums, &dev)?;
-        let plan = WindowPlan {
-            c,
-            windows: sums.len() as u32,
-        };
-        // SAFETY: window sums hold MAX_WINDOWS points; buckets[0] is the output.
-        unsafe {
-            enqueue_combine(
-                gpu,
-                s,
-                ws.scratch.buckets,
-                ws.scratch.window_sums,
-                plan,
-                false,
-            )
-        }?;
-        to_point(&get(gpu, s, ws.scratch.buckets, 1)?[0], 0)
     }
 }
 
@@ -1764,9 +1814,28 @@ mod tests {
             assert_eq!(pair[1] - pair[0], w[i] as u64 * 4);
         }
         assert_eq!(
-            sc.window_sums - sc.buckets,
-            sizes.points()[..5].iter().sum::<usize>() as u64 * XYZZ
+            sc.partials[1] - sc.buckets,
+            sizes.points()[..4].iter().sum::<usize>() as u64 * XYZZ
         );
+    }
+
+    #[test]
+    fn msm_host_combine_is_horner() {
+        use ark_std::UniformRand;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(26);
+        for c in [4u32, 13, 16, 20] {
+            let windows = WindowPlan::with_bits(c).windows as usize;
+            let mut sums: Vec<G1Projective> =
+                (0..windows).map(|_| G1Projective::rand(&mut rng)).collect();
+            sums[0] = G1Projective::zero();
+            sums[windows / 2] = sums[windows / 2 - 1];
+            sums[windows - 1] = G1Projective::zero();
+            let want: G1Projective = (sums.iter().enumerate())
+                .map(|(w, p)| *p * Fr::from(2u64).pow([c as u64 * w as u64]))
+                .sum();
+            assert_eq!(combine_windows(&sums, c), want, "c {c}");
+        }
+        assert_eq!(combine_windows(&[], 16), G1Projective::zero());
     }
 
     #[test]
