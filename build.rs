@@ -81,7 +81,46 @@ fn main() {
         writeln!(rs, "    ({module:?}, include_bytes!({path:?})),").expect("write to String");
     }
     rs.push_str("];\n");
+    rs.push_str(
+        "/// One kernel name per module (the first `extern \"C\" __global__` outside a macro):\n\
+         /// a handle from which the host finds the module's every function.\n\
+         pub const ANCHORS: &[(&str, &str)] = &[\n",
+    );
+    for (module, _) in &results {
+        let src = src_dir.join(format!("{module}.cu"));
+        let text = std::fs::read_to_string(&src).expect("read a .cu file");
+        let anchor = first_kernel(&text)
+            .unwrap_or_else(|| panic!("{}: no extern \"C\" __global__ kernel", src.display()));
+        writeln!(rs, "    ({module:?}, {anchor:?}),").expect("write to String");
+    }
+    rs.push_str("];\n");
     std::fs::write(out.join("kernels.rs"), rs).expect("write kernels.rs");
+}
+
+/// The name of the first `extern "C" __global__` function of a .cu file, skipping
+/// `#define` bodies (their names are macro parameters).
+fn first_kernel(text: &str) -> Option<String> {
+    let mut code = String::new();
+    let mut in_macro = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if in_macro || t.starts_with("#define") {
+            in_macro = line.trim_end().ends_with('\\');
+            continue;
+        }
+        code.push_str(line);
+        code.push('\n');
+    }
+    let after = &code[code.find("extern \"C\" __global__")? + 21..];
+    let mut rest = after.trim_start().strip_prefix("void")?.trim_start();
+    if let Some(r) = rest.strip_prefix("__launch_bounds__(") {
+        rest = r[r.find(')')? + 1..].trim_start();
+    }
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 fn find_nvcc() -> Option<PathBuf> {

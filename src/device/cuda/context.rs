@@ -31,7 +31,7 @@ use thiserror::Error;
 
 use crate::sync::Mutex;
 
-use super::kernels::FATBINS;
+use super::kernels::{ANCHORS, FATBINS};
 
 /// Errors of the CUDA layer. Everything a user needs is in the variant.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -196,9 +196,68 @@ impl Gpu {
             module,
             reason: format!("{e:?}"),
         })?;
+        self.make_resident(&m, module)?;
         // Cannot already be set: every writer holds `init`.
         let _ = slot.cell.set(m.clone());
         Ok(m)
+    }
+
+    /// Loads every function of a freshly loaded module to the device and reserves the
+    /// per-thread stack the largest needs. Under CUDA's lazy loading (the default) a
+    /// kernel's code reaches the device at its first launch, and a launch that needs
+    /// more stack than the context holds resizes local memory around it. Both allocate
+    /// device memory in the middle of a batch, where a squeezed card fails the launch
+    /// (seen on the H200: `msm_sum_chunks` OUT_OF_MEMORY at its first launch) and the
+    /// leak check counts what stays. Loaded here, they belong to the warm-up instead.
+    fn make_resident(&self, m: &Arc<CudaModule>, module: &'static str) -> Result<(), CudaError> {
+        let load_err = |e: DriverError| CudaError::Load {
+            module,
+            reason: format!("making its kernels resident: {e:?}"),
+        };
+        let Some(&(_, anchor)) = ANCHORS.iter().find(|(name, _)| *name == module) else {
+            return Err(load_err(DriverError(
+                sys::cudaError_enum::CUDA_ERROR_NOT_FOUND,
+            )));
+        };
+        let f = m.load_function(anchor).map_err(load_err)?;
+        let mut hmod: sys::CUmodule = std::ptr::null_mut();
+        let mut count = 0u32;
+        // SAFETY: `f` is a live function of the live module `m`, which owns `hmod`; the
+        // array holds `count` handles.
+        let fns = unsafe {
+            sys::cuFuncGetModule(&mut hmod, f.cu_function())
+                .result()
+                .map_err(load_err)?;
+            sys::cuModuleGetFunctionCount(&mut count, hmod)
+                .result()
+                .map_err(load_err)?;
+            let mut fns = vec![std::ptr::null_mut(); count as usize];
+            sys::cuModuleEnumerateFunctions(fns.as_mut_ptr(), count, hmod)
+                .result()
+                .map_err(load_err)?;
+            fns
+        };
+        let mut stack = 0usize;
+        for func in fns {
+            let mut local = 0i32;
+            // SAFETY: `func` is one of the module's functions, enumerated above.
+            unsafe {
+                sys::cuFuncLoad(func).result().map_err(load_err)?;
+                sys::cuFuncGetAttribute(
+                    &mut local,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                    func,
+                )
+                .result()
+                .map_err(load_err)?;
+            }
+            stack = stack.max(usize::try_from(local).unwrap_or(0));
+        }
+        let limit = sys::CUlimit::CU_LIMIT_STACK_SIZE;
+        if stack > self.ctx.get_limit(limit).map_err(load_err)? {
+            self.ctx.set_limit(limit, stack).map_err(load_err)?;
+        }
+        Ok(())
     }
 
     /// Kernel `kernel` of `module`.
