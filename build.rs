@@ -1,8 +1,9 @@
 //! Build script. With feature `cuda`, compiles every `cuda/*.cu` with nvcc into one
 //! fatbin per file (SASS for sm_90 and sm_80, PTX for compute_90) in `OUT_DIR`, and
 //! writes `OUT_DIR/kernels.rs` with `FATBINS: &[(module, bytes)]`, one entry per
-//! `.cu` file, so a new kernel file needs no change here. Without the feature it does
-//! nothing CUDA-related.
+//! `.cu` file, so a new kernel file needs no change here, and `ANCHORS: &[(module,
+//! kernel)]`, one kernel name per module, from which the host enumerates the module's
+//! functions to make them resident. Without the feature it does nothing CUDA-related.
 //!
 //! nvcc is looked up as `$NVCC`, then `$CUDA_HOME/bin/nvcc`, then `nvcc` on `PATH`.
 //! `TWOLOCK_PTXAS_VERBOSE=1` passes `-Xptxas -v` and reports ptxas's register, stack
@@ -98,11 +99,22 @@ fn main() {
 }
 
 /// The name of the first `extern "C" __global__` function of a .cu file, skipping
-/// `#define` bodies (their names are macro parameters).
+/// comments and `#define` bodies (their names are macro parameters).
 fn first_kernel(text: &str) -> Option<String> {
+    // Block comments out first, then line comments and macros line by line.
+    let mut uncommented = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("/*") {
+        uncommented.push_str(&rest[..start]);
+        rest = rest[start + 2..]
+            .find("*/")
+            .map_or("", |end| &rest[start + 2 + end + 2..]);
+    }
+    uncommented.push_str(rest);
     let mut code = String::new();
     let mut in_macro = false;
-    for line in text.lines() {
+    for line in uncommented.lines() {
+        let line = line.find("//").map_or(line, |i| &line[..i]);
         let t = line.trim_start();
         if in_macro || t.starts_with("#define") {
             in_macro = line.trim_end().ends_with('\\');

@@ -1,5 +1,6 @@
 // Pippenger multi-scalar multiplication and batch addition, templated on the point
-// types of curve.cuh. msm.cu instantiates them for G1 and exports the kernels.
+// types of curve.cuh. msm.cu instantiates them for G1 and exports the kernels; g2.cu
+// instantiates batch_add_bitmap and sum_chunks for G2 (over fp2_t).
 //
 // Pipeline (one kernel per stage; the host in src/device/cuda/msm.rs drives it for a
 // group of windows at a time):

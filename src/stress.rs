@@ -223,6 +223,9 @@ pub fn run_scenario<D: StressDevice>(
     workers: usize,
     lock_timeout: Duration,
 ) -> Result<Outcome, Error> {
+    if w.assignments.is_empty() {
+        return Err(Error::Usage("a workload without partitions".into()));
+    }
     let audit = Arc::new(Audit::new());
     let faults = FaultPlan::new(s.faults.clone());
     let device = D::for_scenario(s.sets, faults, audit.clone(), w, workers)?;
@@ -302,6 +305,9 @@ pub fn run_scenario<D: StressDevice>(
 /// resources of `workers` concurrent streams, which a single-stream run does not grow.
 /// A leak check then compares later batches of the same shape with that baseline.
 pub fn prime<D: Device>(device: D, w: &Workload, workers: usize) -> Result<(), Error> {
+    if w.assignments.is_empty() {
+        return Err(Error::Usage("a workload without partitions".into()));
+    }
     let pipeline = Pipeline::new(
         vec![device],
         PipelineConfig {
@@ -399,8 +405,7 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         // warm batch with the same workers: the context's first-use resources then
         // exist before the baseline, and the scenario's faults are not spent on it.
         prime(CudaDevice::new(0, AllocStrategy::Pool)?, w, workers)?;
-        // This device's own caches (modules, twiddles), before any squeeze.
-        d.warm_up()?;
+        // `build` warmed the device's own caches (modules, twiddles) before any squeeze.
         if let Some(k) = sets {
             let shape = prep::shape(&w.matrices)?;
             let m = d.measure(&Arc::new(w.key.pk.clone()), &shape)?;

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::split::msm_split;
+use super::split::{msm_ones, msm_split};
 use super::vram::Vram;
 use super::{
     AllocSite, AllocStrategy, Device, DeviceError, FaultPlan, Footprint, G1Results, MemInfo,
@@ -462,12 +462,8 @@ impl Device for SimDevice {
             Stage::MsmA => msm_split::<G1>(&skip_first(&pk.a_query), &d.scalars, &d.classes),
             _ => {
                 // As on the GPU: B_G2's ones are summed with B_G1 (same scalars).
-                let ones = ScalarClasses {
-                    others: Vec::new(),
-                    ..(*d.classes).clone()
-                };
                 let b_g2 = pk.b_g2_query.get(1..).unwrap_or(&[]);
-                d.b_g2_ones = Some(msm_split(b_g2, &d.scalars, &ones));
+                d.b_g2_ones = Some(msm_ones(b_g2, &d.scalars, &d.classes));
                 msm_split::<G1>(&skip_first(&pk.b_g1_query), &d.scalars, &d.classes)
             }
         };

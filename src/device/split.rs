@@ -72,17 +72,25 @@ pub fn msm_split<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasse
 where
     G: VariableBaseMSM<ScalarField = Fr>,
 {
+    msm_ones::<G>(bases, scalars, classes) + msm_others::<G>(bases, scalars, classes)
+}
+
+/// The ones' part of [`msm_split`] alone: Σ bases_i over the scalars equal to one (the
+/// batch addition a device runs).
+pub fn msm_ones<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasses) -> G
+where
+    G: VariableBaseMSM<ScalarField = Fr>,
+{
     use rayon::prelude::*;
     let n = bases.len().min(scalars.len());
-    // The ones are summed in parallel: a boolean circuit has about n/2 of them, and one
-    // core's sequential G2 fold was the CPU critical path at 2^22 (3.7 s per partition).
-    let acc = classes
+    // In parallel: a boolean circuit has about n/2 ones, and one core's sequential G2
+    // fold was the CPU critical path at 2^22 (3.7 s per partition).
+    classes
         .ones
         .par_iter()
         .filter(|&&i| (i as usize) < n)
         .fold(G::zero, |acc, &i| acc + bases[i as usize])
-        .reduce(G::zero, |a, b| a + b);
-    acc + msm_others::<G>(bases, scalars, classes)
+        .reduce(G::zero, |a, b| a + b)
 }
 
 /// The others' part of [`msm_split`] alone: Σ scalars_i · bases_i over the scalars that

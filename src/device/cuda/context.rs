@@ -215,9 +215,10 @@ impl Gpu {
             reason: format!("making its kernels resident: {e:?}"),
         };
         let Some(&(_, anchor)) = ANCHORS.iter().find(|(name, _)| *name == module) else {
-            return Err(load_err(DriverError(
-                sys::cudaError_enum::CUDA_ERROR_NOT_FOUND,
-            )));
+            return Err(CudaError::MissingKernel {
+                module,
+                kernel: "(build.rs found no anchor kernel)",
+            });
         };
         let f = m.load_function(anchor).map_err(load_err)?;
         let mut hmod: sys::CUmodule = std::ptr::null_mut();

@@ -147,7 +147,7 @@ pub struct CudaWorkingSet {
     ran: [bool; RESULTS],
 }
 
-/// A proving key's G1 bases resident on the device.
+/// A proving key's G1 bases, and B_G2's G2 bases, resident on the device.
 pub struct CudaKey {
     h: DeviceBases,
     l: DeviceBases,
@@ -204,7 +204,7 @@ impl CudaDevice {
         faults: FaultPlan,
         audit: Option<Arc<Audit>>,
     ) -> Result<Self, DeviceError> {
-        Ok(Self {
+        let d = Self {
             gpu: Arc::new(Gpu::new(ordinal)?),
             strategy,
             faults,
@@ -213,7 +213,11 @@ impl CudaDevice {
             arena: Mutex::new(Vec::new()),
             ballast: Mutex::new(Vec::new()),
             baseline_free: Mutex::new(None),
-        })
+        };
+        // Module loads are device-global (resident kernels, a stack-limit raise that
+        // waits for the device): here, before any worker runs, never inside a batch.
+        d.warm_up()?;
+        Ok(d)
     }
 
     /// Loads every kernel module and the NTT twiddle tables now, so that these

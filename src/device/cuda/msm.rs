@@ -19,8 +19,9 @@
 //! runs each alone for the tests. The `*_enqueue` functions only enqueue on the caller's
 //! stream and write a result record into a slot of an [`MsmResults`]: an accumulator
 //! (the batch addition's sum, or zero) and the window sums. [`read_points`] waits
-//! (checked), converts, and combines the windows on the host (stage (e)). The plain functions ([`msm`], [`batch_add`], [`msm_split`]) allocate a
-//! workspace, wait, and free it before they return. Every driver call and launch returns
+//! (checked), converts, and combines the windows on the host (stage (e)). The plain
+//! functions ([`msm`], [`batch_add`], [`msm_split`]) allocate a workspace, wait, and
+//! free it before they return. Every driver call and launch returns
 //! its error; a slot that holds no point of G1 is an error too.
 
 use std::marker::PhantomData;
