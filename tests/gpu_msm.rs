@@ -719,26 +719,14 @@ fn gpu_bench_msm_smoke() {
 // ---------------------------------------------------------------------------------
 // G2 batch addition (B_G2's ones)
 
-/// n G2 bases: independent (n ≤ 256) or P_0 + i·D from random P_0, D, walked in
-/// parallel chunks and batch-normalized.
+/// n G2 bases: independent (n ≤ 256) or P_0 + i·D ([`msm::walk_points`]).
 fn g2_bases(n: usize, salt: u64) -> Vec<G2Affine> {
-    const CHUNK: usize = 1 << 12;
-    let mut r = rng(salt);
-    if n <= 256 {
-        let v: Vec<G2Projective> = (0..n).map(|_| G2Projective::rand(&mut r)).collect();
-        return G2Projective::normalize_batch(&v);
+    if n > 256 {
+        return msm::walk_points::<G2Projective>(n, salt);
     }
-    let (p0, d) = (G2Projective::rand(&mut r), G2Projective::rand(&mut r));
-    let step = d * Fr::from(CHUNK as u64);
-    (0..n.div_ceil(CHUNK))
-        .into_par_iter()
-        .flat_map_iter(|j| {
-            let start = p0 + step * Fr::from(j as u64);
-            let walk = std::iter::successors(Some(start), |p| Some(*p + d));
-            let chunk: Vec<G2Projective> = walk.take(CHUNK.min(n - j * CHUNK)).collect();
-            G2Projective::normalize_batch(&chunk)
-        })
-        .collect()
+    let mut r = rng(salt);
+    let v: Vec<G2Projective> = (0..n).map(|_| G2Projective::rand(&mut r)).collect();
+    G2Projective::normalize_batch(&v)
 }
 
 fn g2_upload(s: &Arc<CudaStream>, points: &[G2Affine]) -> DeviceG2Bases {

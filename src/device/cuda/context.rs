@@ -327,6 +327,19 @@ impl Gpu {
         Ok(())
     }
 
+    /// A buffer of `len` values allocated as `kind` says.
+    pub fn alloc<T>(
+        &self,
+        stream: &Arc<CudaStream>,
+        len: usize,
+        kind: AllocKind,
+    ) -> Result<DeviceBuffer<T>, CudaError> {
+        match kind {
+            AllocKind::Sync => self.alloc_sync(stream, len),
+            AllocKind::StreamOrdered => self.alloc_async(stream, len),
+        }
+    }
+
     /// `cuMemAlloc`: synchronous, not pooled. The memory is back at the device when
     /// [`DeviceBuffer::free`] returns, and that free (`cuMemFree`) is
     /// device-synchronizing: it waits for all work on the device.
@@ -509,3 +522,68 @@ const _: () = {
     assert_send_sync::<Gpu>();
     assert_send_sync::<DeviceBuffer<u8>>();
 };
+
+// ---------------------------------------------------------------------------------
+// Raw helpers shared by the kernel drivers (msm.rs, g2.rs).
+
+/// `CudaError::InvalidInput` with `msg`.
+pub(crate) fn invalid(msg: impl Into<String>) -> CudaError {
+    CudaError::InvalidInput(msg.into())
+}
+
+/// `v` as a u32 kernel argument, or a typed error.
+pub(crate) fn u32_of(v: usize) -> Result<u32, CudaError> {
+    u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds a u32 kernel argument")))
+}
+
+/// Async copy of `src` to the device address `dst` on `s`.
+///
+/// # Safety
+/// `dst` must hold `src.len()` values of `T`.
+pub(crate) unsafe fn upload<T>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    dst: CUdeviceptr,
+    src: &[T],
+) -> Result<(), CudaError> {
+    if !src.is_empty() {
+        gpu.context().bind_to_thread()?;
+        // SAFETY: per the contract; a pageable source is staged before this returns.
+        unsafe { result::memcpy_htod_async(dst, src, s.cu_stream()) }?;
+    }
+    Ok(())
+}
+
+/// Downloads `dst.len()` values from `src`, then waits for the stream (checked).
+///
+/// # Safety
+/// `src` must hold `dst.len()` values of `T`, for which every bit pattern is valid.
+pub(crate) unsafe fn download<T>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    src: CUdeviceptr,
+    dst: &mut [T],
+) -> Result<(), CudaError> {
+    if !dst.is_empty() {
+        gpu.context().bind_to_thread()?;
+        // SAFETY: per the contract.
+        unsafe { result::memcpy_dtoh_async(dst, src, s.cu_stream()) }?;
+    }
+    gpu.sync(s, "download")
+}
+
+/// Launches `kernel` of the calling module's `MODULE` with the given locals as
+/// arguments (named locals, so that the pointers the launch builder keeps outlive the
+/// launch).
+macro_rules! launch {
+    ($gpu:expr, $stream:expr, $kernel:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
+        let f = $gpu.function(MODULE, $kernel)?;
+        let mut args = $stream.launch_builder(&f);
+        $( args.arg(&$arg); )*
+        // SAFETY: every call site passes exactly the kernel's parameters (its C
+        // signature is in a comment there) as u32 values or device addresses of live
+        // buffers that the caller keeps allocated until the stream has run the kernel.
+        unsafe { $gpu.launch($kernel, &mut args, $cfg) }
+    }};
+}
+pub(crate) use launch;

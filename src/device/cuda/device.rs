@@ -89,10 +89,7 @@ impl Buffers {
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
         let n = shape.domain_size;
-        let alloc = |len| match kind {
-            AllocKind::Sync => gpu.alloc_sync::<DevFr>(s, len),
-            AllocKind::StreamOrdered => gpu.alloc_async::<DevFr>(s, len),
-        };
+        let alloc = |len| gpu.alloc::<DevFr>(s, len, kind);
         let (a, b, c) = (alloc(n)?, alloc(n)?, alloc(n)?);
         let max = n.max(shape.num_scalars);
         let msm = MsmWorkspace::with_windows_per_pass(gpu, s, max, windows_per_pass(fp), kind)?;

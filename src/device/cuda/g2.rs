@@ -18,9 +18,10 @@ use ark_bls12_381::{G2Affine, G2Projective};
 use ark_ec::CurveGroup;
 use ark_ff::Zero;
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{result, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaStream, PushKernelArg};
 
-use super::context::{grid_1d, AllocKind, CudaError, DeviceBuffer, Gpu};
+use super::context::{download, grid_1d, invalid, launch, u32_of, upload};
+use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 use super::layout::{g2_affines_to_dev, g2_xyzz_to_projective, DevFq, DevG2Affine, DevG2Xyzz};
 use super::msm::Bitmap;
 
@@ -48,69 +49,6 @@ pub const CPU_PARTIALS: usize = 64;
 pub const MAX_LEN: usize = u32::MAX as usize;
 const XYZZ: u64 = std::mem::size_of::<DevG2Xyzz>() as u64;
 
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::InvalidInput(msg.into())
-}
-
-fn u32_of(v: usize) -> Result<u32, CudaError> {
-    u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds a u32 kernel argument")))
-}
-
-fn alloc<T>(
-    gpu: &Gpu,
-    s: &Stream,
-    len: usize,
-    kind: AllocKind,
-) -> Result<DeviceBuffer<T>, CudaError> {
-    match kind {
-        AllocKind::Sync => gpu.alloc_sync(s, len),
-        AllocKind::StreamOrdered => gpu.alloc_async(s, len),
-    }
-}
-
-/// Launches `kernel` of [`MODULE`] with the given locals as arguments (named locals,
-/// so that the pointers the launch builder keeps outlive the launch).
-macro_rules! launch {
-    ($gpu:expr, $stream:expr, $kernel:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
-        let f = $gpu.function(MODULE, $kernel)?;
-        let mut args = $stream.launch_builder(&f);
-        $( args.arg(&$arg); )*
-        // SAFETY: every call site passes exactly the kernel's parameters (its C
-        // signature is in a comment there) as u32 values or device addresses of live
-        // buffers that the caller keeps allocated until the stream has run the kernel.
-        unsafe { $gpu.launch($kernel, &mut args, $cfg) }
-    }};
-}
-
-/// # Safety
-/// `dst` must hold `src.len()` values of `T`.
-unsafe fn upload<T>(gpu: &Gpu, s: &Stream, dst: CUdeviceptr, src: &[T]) -> Result<(), CudaError> {
-    if !src.is_empty() {
-        gpu.context().bind_to_thread()?;
-        // SAFETY: per the contract; a pageable source is staged before this returns.
-        unsafe { result::memcpy_htod_async(dst, src, s.cu_stream()) }?;
-    }
-    Ok(())
-}
-
-/// Downloads `dst.len()` values from `src`, then waits for the stream (checked).
-///
-/// # Safety
-/// `src` must hold `dst.len()` values of `T`, for which every bit pattern is valid.
-unsafe fn download<T>(
-    gpu: &Gpu,
-    s: &Stream,
-    src: CUdeviceptr,
-    dst: &mut [T],
-) -> Result<(), CudaError> {
-    if !dst.is_empty() {
-        gpu.context().bind_to_thread()?;
-        // SAFETY: per the contract.
-        unsafe { result::memcpy_dtoh_async(dst, src, s.cu_stream()) }?;
-    }
-    gpu.sync(s, "g2 download")
-}
-
 /// Affine G2 bases resident on one device (`b_g2_query[1..]` in the pipeline;
 /// `g2_affine_t`, infinity as all zero).
 #[derive(Debug)]
@@ -128,7 +66,7 @@ impl DeviceG2Bases {
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
         let host = g2_affines_to_dev(points);
-        let buf = alloc::<DevG2Affine>(gpu, stream, host.len(), kind)?;
+        let buf = gpu.alloc::<DevG2Affine>(stream, host.len(), kind)?;
         // SAFETY: `buf` holds host.len() points.
         unsafe { upload(gpu, stream, buf.raw(), &host) }?;
         gpu.sync(stream, "g2 bases upload")?;
@@ -200,7 +138,7 @@ impl G2Scratch {
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)?;
         let resident = (gpu.sm_count()? * per_sm.max(1) * BLOCK) as usize;
         let parts = parts_for(max_n, resident.min(MAX_PARTS));
-        let points = alloc::<DevG2Xyzz>(gpu, stream, points_for(parts), kind)?;
+        let points = gpu.alloc::<DevG2Xyzz>(stream, points_for(parts), kind)?;
         Ok(G2Scratch {
             max_n,
             parts,
@@ -338,7 +276,7 @@ pub fn batch_add_g2(
     // On an error below, whatever was allocated is freed on drop (an error there is
     // recorded in the context and reported by the next sync).
     let mut scratch = G2Scratch::alloc(gpu, stream, len, kind)?;
-    let bitmap = alloc::<u32>(gpu, stream, words.len(), kind)?;
+    let bitmap = gpu.alloc::<u32>(stream, words.len(), kind)?;
     // SAFETY: `bitmap` holds words.len() = ⌈len/32⌉ words, uploaded on `stream` before
     // the kernels, and freed below only after the sync that ends them.
     let run = unsafe {

@@ -36,7 +36,8 @@ use cudarc::driver::{result, CudaEvent, CudaStream, LaunchConfig, PinnedHostSlic
 use rand::SeedableRng;
 use rayon::prelude::*;
 
-use super::context::{grid_1d, AllocKind, CudaError, DeviceBuffer, Gpu};
+use super::context::{download, grid_1d, invalid, launch, u32_of, upload};
+use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 use super::layout::{fr_as_dev, g1_affines_to_dev, xyzz_to_projective};
 use super::layout::{DevFr, DevG1Affine, DevG1Xyzz};
 use super::ntt::{median, time_on_stream};
@@ -88,10 +89,6 @@ const FOLD: u32 = 32;
 /// Scalar positions and base indices must fit 31 bits (bit 31 is the sign).
 pub const MAX_LEN: usize = (1 << 31) - 1;
 const XYZZ: u64 = std::mem::size_of::<DevG1Xyzz>() as u64;
-
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::InvalidInput(msg.into())
-}
 
 /// Window width c and count W of one MSM, c·W ≥ 256 > log2(r) + 1: signed digits
 /// d_w ∈ [−(2^(c−1) − 1), 2^(c−1)], k = Σ d_w 2^(cw), no carry out of the top window.
@@ -174,7 +171,7 @@ impl DeviceBases {
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
         let host = g1_affines_to_dev(points);
-        let buf = alloc::<DevG1Affine>(gpu, stream, host.len(), kind)?;
+        let buf = gpu.alloc::<DevG1Affine>(stream, host.len(), kind)?;
         // SAFETY: `buf` holds host.len() points.
         unsafe { upload(gpu, stream, buf.raw(), &host) }?;
         gpu.sync(stream, "msm bases upload")?;
@@ -482,18 +479,6 @@ impl Sizes {
     }
 }
 
-fn alloc<T>(
-    gpu: &Gpu,
-    s: &Stream,
-    len: usize,
-    kind: AllocKind,
-) -> Result<DeviceBuffer<T>, CudaError> {
-    match kind {
-        AllocKind::Sync => gpu.alloc_sync(s, len),
-        AllocKind::StreamOrdered => gpu.alloc_async(s, len),
-    }
-}
-
 /// Device scratch for the MSMs of one stream, up to `max_len` scalars each. One MSM at a
 /// time: the `*_enqueue` functions take it `&mut`, and each use is ordered after the
 /// previous one on the same stream.
@@ -574,9 +559,9 @@ impl MsmWorkspace {
         Ok(ws)
     }
     fn with_sizes(gpu: &Gpu, s: &Stream, sizes: Sizes, kind: AllocKind) -> Result<Self, CudaError> {
-        let scalars = alloc::<DevFr>(gpu, s, sizes.max_n, kind)?;
-        let words = alloc::<u32>(gpu, s, sizes.words().iter().sum(), kind)?;
-        let points = alloc::<DevG1Xyzz>(gpu, s, sizes.points().iter().sum(), kind)?;
+        let scalars = gpu.alloc::<DevFr>(s, sizes.max_n, kind)?;
+        let words = gpu.alloc::<u32>(s, sizes.words().iter().sum(), kind)?;
+        let points = gpu.alloc::<DevG1Xyzz>(s, sizes.points().iter().sum(), kind)?;
         let scratch = sizes.carve(scalars.raw(), words.raw(), points.raw());
         Ok(MsmWorkspace {
             sizes,
@@ -639,57 +624,10 @@ impl MsmWorkspace {
 // ---------------------------------------------------------------------------------
 // Launch plumbing
 
-/// Launches `kernel` of [`MODULE`] with the given locals as arguments (named locals,
-/// so that the pointers the launch builder keeps outlive the launch).
-macro_rules! launch {
-    ($gpu:expr, $stream:expr, $kernel:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
-        let f = $gpu.function(MODULE, $kernel)?;
-        let mut args = $stream.launch_builder(&f);
-        $( args.arg(&$arg); )*
-        // SAFETY: every call site passes exactly the kernel's parameters (its C
-        // signature is in a comment there) as u32 values or device addresses of live
-        // buffers that the caller keeps allocated until the stream has run the kernel.
-        unsafe { $gpu.launch($kernel, &mut args, $cfg) }
-    }};
-}
-
 fn cfg_2d(n: usize, y: u32, block: u32) -> Result<LaunchConfig, CudaError> {
     let mut cfg = grid_1d(n, block)?;
     cfg.grid_dim.1 = y.max(1);
     Ok(cfg)
-}
-
-fn u32_of(v: usize) -> Result<u32, CudaError> {
-    u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds a u32 kernel argument")))
-}
-
-/// # Safety
-/// `dst` must hold `src.len()` values of `T`.
-unsafe fn upload<T>(gpu: &Gpu, s: &Stream, dst: CUdeviceptr, src: &[T]) -> Result<(), CudaError> {
-    if !src.is_empty() {
-        gpu.context().bind_to_thread()?;
-        // SAFETY: per the contract; a pageable source is staged before this returns.
-        unsafe { result::memcpy_htod_async(dst, src, s.cu_stream()) }?;
-    }
-    Ok(())
-}
-
-/// Downloads `dst.len()` values from `src`, then waits for the stream (checked).
-///
-/// # Safety
-/// `src` must hold `dst.len()` values of `T`, for which every bit pattern is valid.
-unsafe fn download<T>(
-    gpu: &Gpu,
-    s: &Stream,
-    src: CUdeviceptr,
-    dst: &mut [T],
-) -> Result<(), CudaError> {
-    if !dst.is_empty() {
-        gpu.context().bind_to_thread()?;
-        // SAFETY: per the contract.
-        unsafe { result::memcpy_dtoh_async(dst, src, s.cu_stream()) }?;
-    }
-    gpu.sync(s, "msm download")
 }
 
 /// # Safety
@@ -983,7 +921,7 @@ impl MsmResults {
             .checked_mul(RECORD)
             .ok_or_else(|| invalid(format!("{slots} result slots")))?;
         Ok(MsmResults {
-            buf: alloc(gpu, s, len, kind)?,
+            buf: gpu.alloc(s, len, kind)?,
             plans: vec![None; slots],
         })
     }
@@ -1260,16 +1198,21 @@ pub fn msm_split(
 /// n bases fast: P_(i+1) = P_i + D from random P_0 and D, walked in parallel chunks (one
 /// scalar multiplication per chunk) and batch-normalized.
 pub fn walk_bases(n: usize, seed: u64) -> Vec<G1Affine> {
+    walk_points::<G1Projective>(n, seed)
+}
+
+/// [`walk_bases`] on any curve group (the G2 tests use it too).
+pub fn walk_points<G: CurveGroup<ScalarField = Fr>>(n: usize, seed: u64) -> Vec<G::Affine> {
     const CHUNK: usize = 1 << 14;
     let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
-    let (p0, d) = (G1Projective::rand(&mut rng), G1Projective::rand(&mut rng));
+    let (p0, d) = (G::rand(&mut rng), G::rand(&mut rng));
     let step = d * Fr::from(CHUNK as u64);
     (0..n.div_ceil(CHUNK))
         .into_par_iter()
         .flat_map_iter(|j| {
             let start = p0 + step * Fr::from(j as u64);
             let walk = std::iter::successors(Some(start), |p| Some(*p + d));
-            G1Projective::normalize_batch(&walk.take(CHUNK.min(n - j * CHUNK)).collect::<Vec<_>>())
+            G::normalize_batch(&walk.take(CHUNK.min(n - j * CHUNK)).collect::<Vec<_>>())
         })
         .collect()
 }
@@ -1629,7 +1572,7 @@ pub mod stages {
             })
             .collect();
         let ws = workspace(gpu, s, (0, 0, buckets.len(), 1))?;
-        let mut sums = alloc::<DevG1Xyzz>(gpu, s, wc as usize, AllocKind::StreamOrdered)?;
+        let mut sums = gpu.alloc::<DevG1Xyzz>(s, wc as usize, AllocKind::StreamOrdered)?;
         gpu.poison(s, &mut sums)?;
         put(gpu, s, ws.scratch.buckets, &dev)?;
         put(gpu, s, ws.scratch.offsets, &offsets)?;
