@@ -81,7 +81,7 @@ if [ "${TWOLOCK_GPU_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/nu
       compute-sanitizer --tool "$tool" --error-exitcode 86 \
         "$bin" --test-threads 1 $cases >"$OUT/sanitizer-$t-$tool.log" 2>&1
       rc=$?
-      echo "sanitizer $tool gpu_$t: exit $rc, $(grep -c '^test .* ok$' "$OUT/sanitizer-$t-$tool.log") tests ok, $(grep -h 'ERROR SUMMARY' "$OUT/sanitizer-$t-$tool.log" | tail -1)"
+      echo "sanitizer $tool gpu_$t: exit $rc, $(grep -c '^test .* ok$' "$OUT/sanitizer-$t-$tool.log") tests ok, $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$t-$tool.log" | tail -1)"
       [ "$rc" -eq 0 ] || status=1
     done
   done
