@@ -82,3 +82,38 @@ fn ignore_free_memory() {
     let case = Case::new(2, 2, 1, AllocStrategy::Sync).flaw(Flaw::IgnoreFreeMemory);
     expect_flagged("ignore_free_memory", 2, case, "OverCommit");
 }
+
+/// Two devices, two workers each: the flaws are still flagged when they live on one
+/// device of several (each device has its own locks; the audit keeps them apart).
+mod two_devices {
+    use super::*;
+
+    /// `ignore_free_memory` with device 0 squeezed to one set and device 1 roomy: device
+    /// 0's second pre-stage over-commits it. Bound 1.
+    #[test]
+    fn ignore_free_memory_on_the_squeezed_device() {
+        let case = Case::new(2, 3, 1, AllocStrategy::Sync)
+            .more_devices(&[3])
+            .flaw(Flaw::IgnoreFreeMemory);
+        expect_flagged(
+            "two_devices::ignore_free_memory_on_the_squeezed_device",
+            1,
+            case,
+            "OverCommit",
+        );
+    }
+
+    /// `global_sync_under_mem` with two devices. Bound 1.
+    #[test]
+    fn global_sync_under_mem() {
+        let case = Case::new(2, 3, 2, AllocStrategy::Pool)
+            .more_devices(&[2])
+            .flaw(Flaw::GlobalSyncUnderMem);
+        expect_flagged(
+            "two_devices::global_sync_under_mem",
+            1,
+            case,
+            "GlobalCallUnderMem",
+        );
+    }
+}

@@ -231,3 +231,47 @@ per_strategy! {
         Case::new(2, 3, 1, strategy).mode(LockMode::Single)
     }
 }
+
+/// Several devices, one pair of locks and W workers each, sharing one partition queue
+/// (the multi-GPU pipeline): every execution must pass the same checks, across devices.
+/// A device's locks are its own, so a model with one worker per device explores only the
+/// queue and the shared audit; two workers per device add the locks. Pool allocation.
+mod multi_device {
+    use super::*;
+
+    /// Two devices × one worker, three partitions, room for two sets each: a worker
+    /// comes back to the shared queue while the other device computes. Bound 2.
+    #[test]
+    fn d2_w1_p3() {
+        let case = Case::new(1, 3, 2, AllocStrategy::Pool).more_devices(&[2]);
+        verify("multi_device::d2_w1_p3", 2, case);
+    }
+
+    /// Two devices × two workers, four partitions; device 0 has room for one set (its
+    /// workers fall back under both of its locks) while device 1 has three. Bound 1.
+    #[test]
+    fn d2_w2_p4_one_squeezed() {
+        let case = Case::new(2, 4, 1, AllocStrategy::Pool).more_devices(&[3]);
+        verify("multi_device::d2_w2_p4_one_squeezed", 1, case);
+    }
+
+    /// A launch fault on device 0 with two devices × two workers: that partition is a
+    /// typed error, the other device is unaffected, everything is released. Bound 1.
+    #[test]
+    fn d2_w2_p3_kernel_fault() {
+        let case = Case::new(2, 3, 2, AllocStrategy::Pool)
+            .more_devices(&[2])
+            .faults(vec![Fault::Kernel {
+                stage: Some(Stage::MsmL),
+                nth: 0,
+            }]);
+        verify("multi_device::d2_w2_p3_kernel_fault", 1, case);
+    }
+
+    /// Four devices × one worker, four partitions. Bound 1.
+    #[test]
+    fn d4_w1_p4() {
+        let case = Case::new(1, 4, 2, AllocStrategy::Pool).more_devices(&[2, 2, 2]);
+        verify("multi_device::d4_w1_p4", 1, case);
+    }
+}

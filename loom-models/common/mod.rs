@@ -92,10 +92,14 @@ pub fn fixture() -> &'static Fixture {
 /// One configuration of the pipeline on one simulated device.
 #[derive(Clone, Debug)]
 pub struct Case {
+    /// Workers per device.
     pub workers: usize,
     pub partitions: usize,
-    /// VRAM beyond the key, in full working sets.
+    /// VRAM beyond the key, in full working sets (device 0).
     pub sets: u64,
+    /// Further devices, each with its own pair of locks: their VRAM beyond the key, in
+    /// full working sets. Empty: one device.
+    pub more_devices: Vec<u64>,
     pub strategy: AllocStrategy,
     pub faults: Vec<Fault>,
     pub flaw: Option<Flaw>,
@@ -114,11 +118,32 @@ impl Case {
             workers,
             partitions,
             sets,
+            more_devices: Vec::new(),
             strategy,
             faults: Vec::new(),
             flaw: None,
             mode: LockMode::Two,
         }
+    }
+
+    /// Adds devices after device 0 with room for `sets[d]` working sets each; faults
+    /// stay on device 0.
+    pub fn more_devices(mut self, sets: &[u64]) -> Self {
+        self.more_devices = sets.to_vec();
+        assert!(
+            self.workers * self.devices() <= 4,
+            "loom models at most 4 workers in all"
+        );
+        self
+    }
+
+    pub fn devices(&self) -> usize {
+        1 + self.more_devices.len()
+    }
+
+    /// The fewest working sets any device has room for.
+    fn min_sets(&self) -> u64 {
+        self.more_devices.iter().fold(self.sets, |m, &s| m.min(s))
     }
 
     pub fn mode(mut self, mode: LockMode) -> Self {
@@ -173,15 +198,23 @@ pub fn run(case: &Case) -> Outcome {
         strategy: case.strategy,
         ..SimConfig::default()
     };
-    let device = SimDevice::build(
-        cfg,
-        FaultPlan::new(case.faults.clone()),
-        Some(audit.clone()),
-    );
     // Capacity from the device's own working-set size: the key plus `sets` full sets.
     let shape = prep::shape(&f.matrices).expect("shape");
-    let set = device.working_set_bytes(&shape, Footprint::Full);
-    device.set_capacity(SimDevice::key_bytes(&f.pk) + case.sets * set);
+    let devices: Vec<SimDevice> = std::iter::once(case.sets)
+        .chain(case.more_devices.iter().copied())
+        .enumerate()
+        .map(|(d, sets)| {
+            let faults = if d == 0 {
+                case.faults.clone()
+            } else {
+                Vec::new()
+            };
+            let device = SimDevice::build(cfg, FaultPlan::new(faults), Some(audit.clone()));
+            let set = device.working_set_bytes(&shape, Footprint::Full);
+            device.set_capacity(SimDevice::key_bytes(&f.pk) + sets * set);
+            device
+        })
+        .collect();
 
     let pc = PipelineConfig {
         workers_per_device: case.workers,
@@ -193,7 +226,8 @@ pub fn run(case: &Case) -> Outcome {
     };
     let finished = std::sync::Arc::new(StdAtomicUsize::new(0));
     let counter = finished.clone();
-    let pipeline = Pipeline::new(vec![Traced(device.clone())], pc)
+    let traced = devices.iter().map(|d| Traced(d.clone())).collect();
+    let pipeline = Pipeline::new(traced, pc)
         .with_audit(audit.clone())
         .with_progress(move || {
             counter.fetch_add(1, StdOrdering::Relaxed);
@@ -208,8 +242,8 @@ pub fn run(case: &Case) -> Outcome {
     Outcome {
         run,
         violations: audit.violations(),
-        working_bytes: device.working_bytes(),
-        faults_injected: device.faults_injected(),
+        working_bytes: devices.iter().map(SimDevice::working_bytes).sum(),
+        faults_injected: devices.iter().map(SimDevice::faults_injected).sum(),
         finished: finished.load(StdOrdering::Relaxed),
     }
 }
@@ -247,8 +281,9 @@ pub fn assert_safe(case: &Case, out: &Outcome) {
         }
     }
     if case.has_only_kernel_faults() {
+        // With several devices the faulty one (device 0) may get no partition at all.
         assert!(
-            out.faults_injected > 0,
+            out.faults_injected > 0 || case.devices() > 1,
             "the injected launch fault never fired"
         );
         assert_eq!(
@@ -262,8 +297,8 @@ pub fn assert_safe(case: &Case, out: &Outcome) {
             out.faults_injected
         );
     }
-    // Room for two working sets: the pre-stage always fits, no fallback.
-    if case.sets >= 2 && !case.has_alloc_fault() {
+    // Room for two working sets (on every device): the pre-stage always fits, no fallback.
+    if case.min_sets() >= 2 && !case.has_alloc_fault() {
         assert_eq!(
             out.run.fallbacks, 0,
             "fallback taken with room for two working sets"
