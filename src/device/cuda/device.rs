@@ -7,7 +7,10 @@
 //! *its* stream, and the kernels wait for their own upload by stream order, no event or
 //! device-wide sync needed. Calls made under mem (`alloc`, `upload`) never wait on other
 //! streams: allocations are `cuMemAlloc`/`cuMemAllocAsync` or an arena slot, and
-//! uploads are async copies. Frees happen only under compute (see `Device::free`).
+//! uploads are async copies. Frees happen only under compute (see `Device::free`), with
+//! one exception, open: a synchronous (sync or arena strategy) working set whose
+//! allocation fails partway frees its first pieces with `cuMemFree`, which synchronizes
+//! the device, while the pre-stage still holds mem; the audit does not see that call.
 
 use std::time::Instant;
 
