@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::audit::Audit;
 use crate::device::faults::Fault;
 use crate::device::{AllocSite, Device, FaultPlan, Footprint, Stage};
+use crate::prover::timeline::Phase;
 use crate::prover::{prep, Pipeline, PipelineConfig, ProveError, RsSource};
 use crate::sync::Arc;
 use crate::workload::{Check, Workload};
@@ -16,10 +17,12 @@ use crate::Error;
 
 /// A device the stress runner can squeeze, fault and inspect for leaks.
 pub trait StressDevice: Device + Sized {
-    /// A fresh device whose free memory after loading the key is `sets` working sets
-    /// (`None`: the whole device), with `faults` injected and reporting to `audit`,
-    /// warmed up for a batch of `workers` workers before its leak baseline is taken.
+    /// A fresh device (the `ordinal`-th of the run) whose free memory after loading the
+    /// key is `sets` working sets (`None`: the whole device), with `faults` injected and
+    /// reporting to `audit`, warmed up for a batch of `workers` workers before its leak
+    /// baseline is taken.
     fn for_scenario(
+        ordinal: usize,
         sets: Option<f64>,
         faults: FaultPlan,
         audit: Arc<Audit>,
@@ -223,14 +226,50 @@ pub fn run_scenario<D: StressDevice>(
     workers: usize,
     lock_timeout: Duration,
 ) -> Result<Outcome, Error> {
+    run_scenario_on::<D>(w, s, workers, 1, lock_timeout)
+}
+
+/// [`run_scenario`] on `devices` devices, each with its own pair of locks and `workers`
+/// workers. Device 0 takes the scenario's squeeze and faults; the others have their
+/// whole memory and no faults, so they must never fall back, and a partition that fails
+/// on device 0 must fail as a typed error there while the other devices prove theirs.
+pub fn run_scenario_on<D: StressDevice>(
+    w: &Workload,
+    s: &Scenario,
+    workers: usize,
+    devices: usize,
+    lock_timeout: Duration,
+) -> Result<Outcome, Error> {
     if w.assignments.is_empty() {
         return Err(Error::Usage("a workload without partitions".into()));
     }
+    if devices == 0 {
+        return Err(Error::Usage(
+            "a stress run needs at least one device".into(),
+        ));
+    }
     let audit = Arc::new(Audit::new());
     let faults = FaultPlan::new(s.faults.clone());
-    let device = D::for_scenario(s.sets, faults, audit.clone(), w, workers)?;
+    let mut list = vec![D::for_scenario(
+        0,
+        s.sets,
+        faults,
+        audit.clone(),
+        w,
+        workers,
+    )?];
+    for d in 1..devices {
+        list.push(D::for_scenario(
+            d,
+            None,
+            FaultPlan::none(),
+            audit.clone(),
+            w,
+            workers,
+        )?);
+    }
     let pipeline = Pipeline::new(
-        vec![device],
+        list,
         PipelineConfig {
             workers_per_device: workers,
             lock_timeout,
@@ -255,30 +294,48 @@ pub fn run_scenario<D: StressDevice>(
         wrong: 0,
         typed_errors: 0,
         fallbacks: run.fallbacks,
-        faults_injected: pipeline.devices()[0].faults_injected(),
-        leaked_bytes: pipeline.devices()[0].leaked_bytes(),
+        faults_injected: pipeline.devices().iter().map(|d| d.faults_injected()).sum(),
+        leaked_bytes: pipeline
+            .devices()
+            .iter()
+            .map(|d| d.leaked_bytes())
+            .fold(0, u64::saturating_add),
         deadlocks: 0,
         violations: audit.violations().len() + usize::from(!run.locks_released),
         expectation_met: true,
         wall_ms: run.wall.as_secs_f64() * 1e3,
     };
-    let mut all_oom = true;
+    // With one device every partition must be an Oom where the fallback cannot fit;
+    // with more, the other devices prove theirs and every error must be an Oom.
+    let mut errors_all_oom = true;
     for (i, r) in run.results.iter().enumerate() {
         match r {
-            Ok(p) => {
-                all_oom = false;
-                match w_all.check(&batch, i, p)? {
-                    Check::Wrong => o.wrong += 1,
-                    _ => o.correct += 1,
-                }
-            }
+            Ok(p) => match w_all.check(&batch, i, p)? {
+                Check::Wrong => o.wrong += 1,
+                _ => o.correct += 1,
+            },
             Err(ProveError::LockTimeout { .. }) => o.deadlocks += 1,
             Err(e) => {
-                all_oom &= matches!(e, ProveError::Device { source, .. } if source.is_oom());
+                errors_all_oom &= matches!(e, ProveError::Device { source, .. } if source.is_oom());
                 o.typed_errors += 1
             }
         }
     }
+    let all_oom = errors_all_oom && (devices > 1 || (o.correct == 0 && o.wrong == 0));
+    let fallbacks_on = |d: usize| {
+        run.timeline
+            .spans()
+            .iter()
+            .filter(|sp| sp.phase == Phase::Fallback && sp.worker.device == d)
+            .count()
+    };
+    let squeezed_fallbacks = if devices > 1 {
+        fallbacks_on(0)
+    } else {
+        o.fallbacks
+    };
+    // The unsqueezed, fault-free devices never fall back.
+    o.expectation_met &= (1..devices).all(|d| fallbacks_on(d) == 0);
 
     // Below one set, whether the chunked fallback fits depends on the device's
     // footprints: where it cannot, every partition must be a typed Oom instead.
@@ -289,7 +346,7 @@ pub fn run_scenario<D: StressDevice>(
     );
     let fallback_fits = s.sets.is_none_or(|k| k * full as f64 >= chunked as f64);
     if let Some(f) = s.expect_fallback {
-        o.expectation_met &= (o.fallbacks > 0) == f || !fallback_fits;
+        o.expectation_met &= (squeezed_fallbacks > 0) == f || !fallback_fits;
     }
     if s.expect_oom || (s.faults.is_empty() && !fallback_fits) {
         o.expectation_met &= all_oom;
@@ -363,6 +420,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
 
 impl StressDevice for crate::device::sim::SimDevice {
     fn for_scenario(
+        _ordinal: usize,
         sets: Option<f64>,
         faults: FaultPlan,
         audit: Arc<Audit>,
@@ -389,10 +447,11 @@ impl StressDevice for crate::device::sim::SimDevice {
 
 #[cfg(feature = "cuda")]
 impl StressDevice for crate::device::cuda::CudaDevice {
-    /// GPU 0 with the pool strategy. A squeeze holds VRAM in a ballast allocation so
+    /// GPU `ordinal` with the pool strategy. A squeeze holds VRAM in a ballast allocation so
     /// that what stays free is the key plus `sets` working sets, both as measured on
     /// this device (granularity included), not as computed.
     fn for_scenario(
+        ordinal: usize,
         sets: Option<f64>,
         faults: FaultPlan,
         audit: Arc<Audit>,
@@ -400,11 +459,11 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         workers: usize,
     ) -> Result<Self, Error> {
         use crate::device::{cuda::CudaDevice, AllocStrategy};
-        let d = CudaDevice::build(0, AllocStrategy::Pool, faults, Some(audit))?;
+        let d = CudaDevice::build(ordinal, AllocStrategy::Pool, faults, Some(audit))?;
         // A fault-free twin on the same (primary) context, which `d` keeps alive, runs a
         // warm batch with the same workers: the context's first-use resources then
         // exist before the baseline, and the scenario's faults are not spent on it.
-        prime(CudaDevice::new(0, AllocStrategy::Pool)?, w, workers)?;
+        prime(CudaDevice::new(ordinal, AllocStrategy::Pool)?, w, workers)?;
         // `build` warmed the device's own caches (modules, twiddles) before any squeeze.
         if let Some(k) = sets {
             let shape = prep::shape(&w.matrices)?;

@@ -151,6 +151,8 @@ fn stress_on_sim_passes_and_writes_a_report() {
         "6",
         "--soak",
         "12",
+        "--devices",
+        "2",
         "--report",
         report.to_str().unwrap(),
     ]);
@@ -161,6 +163,7 @@ fn stress_on_sim_passes_and_writes_a_report() {
         stderr(&o)
     );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["devices"], 2);
     let outcomes = r["outcomes"].as_array().unwrap();
     assert!(outcomes.len() >= 10);
     assert!(outcomes

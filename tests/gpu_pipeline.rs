@@ -221,6 +221,7 @@ fn gpu_bad_designs_are_flagged(
     let w = workload(Family::Boolean, 14, 10, KeyChoice::Real { seed: 1 });
     let audit = Arc::new(Audit::new());
     let d = CudaDevice::for_scenario(
+        0,
         Some(2.0),
         twolock::device::FaultPlan::none(),
         audit.clone(),

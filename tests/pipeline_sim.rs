@@ -299,3 +299,41 @@ fn squeeze_on_one_device_falls_back_there_only(#[values(2, 4)] n: usize) {
         assert!(computed_on(d) > 0, "device {d} proved nothing");
     }
 }
+
+/// The stress scenarios on N ∈ {1, 2, 4} simulated devices (the multi-GPU run's stress):
+/// device 0 takes each squeeze and fault, the others keep their memory. Every scenario
+/// must pass: no wrong proof, nothing leaked, no deadlock, no audit violation, the
+/// squeezed device falling back exactly where one device would, and the roomy ones
+/// never.
+#[rstest]
+fn stress_scenarios_pass_on_several_devices(#[values(1, 2, 4)] n: usize) {
+    use twolock::stress;
+    let w = workload(Family::Boolean, 6, 4);
+    let scenarios = stress::scenarios(8, 24, 5);
+    let outcomes: Vec<_> = scenarios
+        .iter()
+        .map(|s| {
+            stress::run_scenario_on::<SimDevice>(&w, s, 2, n, Duration::from_secs(30)).unwrap()
+        })
+        .collect();
+    let table = stress::table(&outcomes);
+    for o in &outcomes {
+        assert!(o.passed(), "{n} devices: {o:?}\n{table}");
+    }
+    // The squeezes below two sets still make device 0 fall back with company.
+    let squeezed = outcomes
+        .iter()
+        .find(|o| o.scenario == "squeeze 1 sets")
+        .expect("the standard list squeezes to one set");
+    assert!(squeezed.fallbacks > 0, "{table}");
+    assert_eq!(squeezed.correct, squeezed.partitions, "{table}");
+}
+
+#[test]
+fn stress_needs_a_device() {
+    use twolock::stress;
+    let w = workload(Family::Boolean, 4, 1);
+    let s = &stress::scenarios(2, 2, 1)[0];
+    let e = stress::run_scenario_on::<SimDevice>(&w, s, 1, 0, Duration::from_secs(5));
+    assert!(matches!(e, Err(twolock::Error::Usage(_))), "{e:?}");
+}

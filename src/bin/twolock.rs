@@ -145,6 +145,10 @@ struct StressArgs {
     device: DeviceKind,
     #[arg(long, default_value_t = 3)]
     workers: usize,
+    /// Devices, each with its own pair of locks and `--workers` workers. Device 0 takes
+    /// each scenario's squeeze and faults; the others keep their whole memory.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
     /// Partitions in the random-fault soak.
     #[arg(long, default_value_t = 200)]
     soak: usize,
@@ -503,9 +507,19 @@ fn stress_cmd(mut a: StressArgs, log_given: bool) -> Result<ExitCode, Error> {
     let w = build_workload(&wa)?;
     #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
     let mut list = stress::scenarios(a.workload.partitions, a.soak, a.workload.seed);
+    if a.devices == 0 {
+        return Err(Error::Usage("--devices must be at least 1".into()));
+    }
     let outcomes = match kind {
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
+            let available = gpu_count();
+            if a.devices > available {
+                return Err(Error::Usage(format!(
+                    "--devices {}: only {available} GPU(s) present",
+                    a.devices
+                )));
+            }
             let exe = std::env::current_exe().map_err(|source| Error::Io {
                 path: "current executable".into(),
                 source,
@@ -515,7 +529,12 @@ fn stress_cmd(mut a: StressArgs, log_given: bool) -> Result<ExitCode, Error> {
         }
         _ => run_stress::<SimDevice>(&a, &w, &list)?,
     };
-    let report = json!({ "device": format!("{kind:?}"), "circuit": w.spec, "outcomes": outcomes });
+    let report = json!({
+        "device": format!("{kind:?}"),
+        "devices": a.devices,
+        "circuit": w.spec,
+        "outcomes": outcomes,
+    });
     if let Some(p) = &a.report {
         std::fs::write(p, format!("{report:#}")).map_err(|source| Error::Io {
             path: p.display().to_string(),
@@ -546,10 +565,11 @@ fn run_stress<D: StressDevice>(
     let mut out = Vec::new();
     for s in list {
         bar.set_message(s.name.clone());
-        out.push(stress::run_scenario::<D>(
+        out.push(stress::run_scenario_on::<D>(
             w,
             s,
             a.workers,
+            a.devices,
             Duration::from_secs(a.lock_timeout_s),
         )?);
         bar.inc(1);
