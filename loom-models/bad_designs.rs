@@ -83,8 +83,9 @@ fn ignore_free_memory() {
     expect_flagged("ignore_free_memory", 2, case, "OverCommit");
 }
 
-/// Two devices, two workers each: the flaws are still flagged when they live on one
-/// device of several (each device has its own locks; the audit keeps them apart).
+/// Two devices, two workers each: the flaws (which every device's workers then have)
+/// are still flagged where they bite (each device has its own locks; the audit keeps
+/// the devices apart).
 mod two_devices {
     use super::*;
 

@@ -255,8 +255,9 @@ mod multi_device {
         verify("multi_device::d2_w2_p4_one_squeezed", 1, case);
     }
 
-    /// A launch fault on device 0 with two devices × two workers: that partition is a
-    /// typed error, the other device is unaffected, everything is released. Bound 1.
+    /// A launch fault on device 0 with two devices × two workers: where device 0 gets a
+    /// partition, that partition is a typed error (and only that one), the other device
+    /// is unaffected, everything is released. Bound 1.
     #[test]
     fn d2_w2_p3_kernel_fault() {
         let case = Case::new(2, 3, 2, AllocStrategy::Pool)

@@ -151,8 +151,6 @@ fn stress_on_sim_passes_and_writes_a_report() {
         "6",
         "--soak",
         "12",
-        "--devices",
-        "2",
         "--report",
         report.to_str().unwrap(),
     ]);
@@ -163,12 +161,45 @@ fn stress_on_sim_passes_and_writes_a_report() {
         stderr(&o)
     );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    assert_eq!(r["devices"], 2);
+    assert_eq!(r["devices"], 1);
     let outcomes = r["outcomes"].as_array().unwrap();
     assert!(outcomes.len() >= 10);
     assert!(outcomes
         .iter()
         .all(|o| o["wrong"] == 0 && o["leaked_bytes"] == 0));
+}
+
+#[test]
+fn stress_on_two_sim_devices_passes_and_zero_devices_is_a_usage_error() {
+    let dir = tempdir("stress2");
+    let report = dir.join("r.json");
+    let args = |devices: &'static str, report: &str| {
+        twolock(&[
+            "stress",
+            "--device",
+            "sim",
+            "--log",
+            "4",
+            "--partitions",
+            "6",
+            "--soak",
+            "12",
+            "--devices",
+            devices,
+            "--report",
+            report,
+        ])
+    };
+    let o = args("2", report.to_str().unwrap());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["devices"], 2);
+    assert!(r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| o["wrong"] == 0 && o["leaked_bytes"] == 0));
+    assert_fails_with(&args("0", report.to_str().unwrap()), "--devices");
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {

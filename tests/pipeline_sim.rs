@@ -302,9 +302,10 @@ fn squeeze_on_one_device_falls_back_there_only(#[values(2, 4)] n: usize) {
 
 /// The stress scenarios on N ∈ {1, 2, 4} simulated devices (the multi-GPU run's stress):
 /// device 0 takes each squeeze and fault, the others keep their memory. Every scenario
-/// must pass: no wrong proof, nothing leaked, no deadlock, no audit violation, the
-/// squeezed device falling back exactly where one device would, and the roomy ones
-/// never.
+/// must pass: no wrong proof, nothing leaked, no deadlock, no audit violation, errors
+/// only on device 0, fallbacks where expected on device 0 and never on the others.
+/// Which partitions reach device 0 depends on scheduling, so with several devices a
+/// scenario's fault may not fire in every run.
 #[rstest]
 fn stress_scenarios_pass_on_several_devices(#[values(1, 2, 4)] n: usize) {
     use twolock::stress;

@@ -146,7 +146,8 @@ struct StressArgs {
     #[arg(long, default_value_t = 3)]
     workers: usize,
     /// Devices, each with its own pair of locks and `--workers` workers. Device 0 takes
-    /// each scenario's squeeze and faults; the others keep their whole memory.
+    /// each scenario's squeeze and faults (and, on CUDA, the external pressure); the
+    /// others keep their whole memory.
     #[arg(long, default_value_t = 1)]
     devices: usize,
     /// Partitions in the random-fault soak.
@@ -497,6 +498,9 @@ fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<
 
 fn stress_cmd(mut a: StressArgs, log_given: bool) -> Result<ExitCode, Error> {
     let kind = resolve(a.device)?;
+    if a.devices == 0 {
+        return Err(Error::Usage("--devices must be at least 1".into()));
+    }
     if kind == DeviceKind::Cuda && !log_given {
         // The CUDA pool grows in 32 MiB steps: a squeeze measured in working sets is
         // only exact when a working set is well above that (2^14 constraints and up).
@@ -507,9 +511,6 @@ fn stress_cmd(mut a: StressArgs, log_given: bool) -> Result<ExitCode, Error> {
     let w = build_workload(&wa)?;
     #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
     let mut list = stress::scenarios(a.workload.partitions, a.soak, a.workload.seed);
-    if a.devices == 0 {
-        return Err(Error::Usage("--devices must be at least 1".into()));
-    }
     let outcomes = match kind {
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
