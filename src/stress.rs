@@ -325,13 +325,7 @@ pub fn run_scenario_on<D: StressDevice>(
         }
     }
     let all_oom = errors_all_oom && (devices > 1 || (o.correct == 0 && o.wrong == 0));
-    let spans = run.timeline.spans();
-    let fallbacks_on = |d: usize| {
-        spans
-            .iter()
-            .filter(|sp| sp.phase == Phase::Fallback && sp.worker.device == d)
-            .count()
-    };
+    let fallbacks_on = |d: usize| run.timeline.count_on(d, Phase::Fallback);
     let squeezed_fallbacks = if devices > 1 {
         fallbacks_on(0)
     } else {

@@ -276,19 +276,8 @@ fn squeeze_on_one_device_falls_back_there_only(#[values(2, 4)] n: usize) {
         let p = p.as_ref().unwrap_or_else(|e| panic!("partition {i}: {e}"));
         assert_eq!(w.check(&batch, i, p).unwrap(), Check::Verified);
     }
-    let spans = run.timeline.spans();
-    let fallbacks_on = |d: usize| {
-        spans
-            .iter()
-            .filter(|s| s.phase == Phase::Fallback && s.worker.device == d)
-            .count()
-    };
-    let computed_on = |d: usize| {
-        spans
-            .iter()
-            .filter(|s| s.phase == Phase::ComputeHold && s.worker.device == d)
-            .count()
-    };
+    let fallbacks_on = |d: usize| run.timeline.count_on(d, Phase::Fallback);
+    let computed_on = |d: usize| run.timeline.count_on(d, Phase::ComputeHold);
     assert!(fallbacks_on(0) > 0, "the squeezed device never fell back");
     for d in 1..n {
         assert_eq!(

@@ -89,7 +89,7 @@ pub fn fixture() -> &'static Fixture {
     })
 }
 
-/// One configuration of the pipeline on one simulated device.
+/// One configuration of the pipeline on one or more simulated devices.
 #[derive(Clone, Debug)]
 pub struct Case {
     /// Workers per device.

@@ -110,6 +110,16 @@ impl Timeline {
             .unwrap_or_default()
     }
 
+    /// Spans of `phase` recorded by the workers of device `device`.
+    pub fn count_on(&self, device: usize, phase: Phase) -> usize {
+        self.spans.as_ref().map_or(0, |s| {
+            s.lock()
+                .iter()
+                .filter(|sp| sp.phase == phase && sp.worker.device == device)
+                .count()
+        })
+    }
+
     /// Chrome trace-event JSON: one process per device, one thread lane per worker.
     pub fn chrome_trace(&self) -> serde_json::Value {
         let events: Vec<_> = self
