@@ -7,10 +7,9 @@
 //! *its* stream, and the kernels wait for their own upload by stream order, no event or
 //! device-wide sync needed. Calls made under mem (`alloc`, `upload`) never wait on other
 //! streams: allocations are `cuMemAlloc`/`cuMemAllocAsync` or an arena slot, and
-//! uploads are async copies. Frees happen only under compute (see `Device::free`), with
-//! one exception, open: a synchronous (sync or arena strategy) working set whose
-//! allocation fails partway frees its first pieces with `cuMemFree`, which synchronizes
-//! the device, while the pre-stage still holds mem; the audit does not see that call.
+//! uploads are async copies. Frees happen only under compute (see `Device::free`): a
+//! synchronous working set that would not fit is refused before its first piece, so no
+//! partial allocation is freed under mem (`CudaDevice::alloc_buffers` says how).
 
 use std::time::Instant;
 
@@ -91,13 +90,28 @@ impl Buffers {
         fp: Footprint,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
+        Self::alloc_or_partial(gpu, s, shape, fp, kind).map_err(|(e, _)| e)
+    }
+
+    /// [`Buffers::alloc`]; an error also says whether pieces were already allocated
+    /// (and freed again on the way out).
+    fn alloc_or_partial(
+        gpu: &Gpu,
+        s: &Arc<CudaStream>,
+        shape: &Shape,
+        fp: Footprint,
+        kind: AllocKind,
+    ) -> Result<Self, (CudaError, bool)> {
         let n = shape.domain_size;
         let alloc = |len| gpu.alloc::<DevFr>(s, len, kind);
-        let (a, b, c) = (alloc(n)?, alloc(n)?, alloc(n)?);
+        let partial = |e| (e, true);
+        let a = alloc(n).map_err(|e| (e, false))?;
+        let (b, c) = (alloc(n).map_err(partial)?, alloc(n).map_err(partial)?);
         let max = n.max(shape.num_scalars);
-        let msm = MsmWorkspace::with_windows_per_pass(gpu, s, max, windows_per_pass(fp), kind)?;
-        let out = MsmResults::alloc(gpu, s, RESULTS, kind)?;
-        let g2 = G2Scratch::alloc(gpu, s, shape.num_scalars, kind)?;
+        let msm = MsmWorkspace::with_windows_per_pass(gpu, s, max, windows_per_pass(fp), kind)
+            .map_err(partial)?;
+        let out = MsmResults::alloc(gpu, s, RESULTS, kind).map_err(partial)?;
+        let g2 = G2Scratch::alloc(gpu, s, shape.num_scalars, kind).map_err(partial)?;
         Ok(Buffers {
             a,
             b,
@@ -378,6 +392,41 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// A working set's buffers. A synchronous allocation that fails partway frees the
+    /// pieces it already has with `cuMemFree`, which synchronizes the device: under mem
+    /// that would wait for the compute holder's kernels. So a synchronous set that does
+    /// not fit in free VRAM (with a margin for the 2 MiB granularity of each of its ~20
+    /// pieces) is refused before its first piece; and if one still fails partway (another
+    /// process took VRAM in between), the frees are reported to the audit as the
+    /// device-global call they are.
+    fn alloc_buffers(
+        &self,
+        stream: &CudaWorkerStream,
+        shape: &Shape,
+        footprint: Footprint,
+        kind: AllocKind,
+        bytes: u64,
+    ) -> Result<Buffers, DeviceError> {
+        const MARGIN: u64 = 64 << 20;
+        if kind == AllocKind::Sync {
+            let (free, _) = self.gpu.mem_info()?;
+            if free < bytes.saturating_add(MARGIN) {
+                return Err(DeviceError::Oom {
+                    requested: bytes,
+                    free,
+                });
+            }
+        }
+        Buffers::alloc_or_partial(&self.gpu, &stream.stream, shape, footprint, kind).map_err(
+            |(e, partial)| {
+                if partial && kind == AllocKind::Sync {
+                    self.global(stream, "cuMemFree (a partly allocated working set)");
+                }
+                DeviceError::from(e)
+            },
+        )
+    }
+
     /// Audits a device-global call by `caller`.
     fn global(&self, caller: &CudaWorkerStream, what: &'static str) {
         if let Some(audit) = &self.audit {
@@ -541,25 +590,13 @@ impl Device for CudaDevice {
                     Some(slot) => (slot.bufs, true),
                     // First use: the arena grows one slot at a time up to its need.
                     None => (
-                        Buffers::alloc(
-                            &self.gpu,
-                            &stream.stream,
-                            shape,
-                            footprint,
-                            AllocKind::Sync,
-                        )?,
+                        self.alloc_buffers(stream, shape, footprint, AllocKind::Sync, bytes)?,
                         true,
                     ),
                 }
             }
             _ => (
-                Buffers::alloc(
-                    &self.gpu,
-                    &stream.stream,
-                    shape,
-                    footprint,
-                    self.alloc_kind(),
-                )?,
+                self.alloc_buffers(stream, shape, footprint, self.alloc_kind(), bytes)?,
                 false,
             ),
         };
