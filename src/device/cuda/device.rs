@@ -348,6 +348,7 @@ impl CudaDevice {
             let (free, _) = self.gpu.mem_info()?;
             let want = (free.saturating_sub(leave) / PAGE * PAGE).min(piece);
             if want < PAGE {
+                tracing::debug!(free, leave, "squeezed");
                 return Ok(());
             }
             match self
