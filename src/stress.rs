@@ -33,6 +33,11 @@ pub trait StressDevice: Device + Sized {
     fn leaked_bytes(&self) -> u64;
     /// Faults the device injected.
     fn faults_injected(&self) -> usize;
+    /// For the report: the footprints a squeeze was computed from and the free memory
+    /// it left (None: not squeezed, or the device has nothing to add).
+    fn squeeze_note(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One scenario to run.
@@ -122,6 +127,12 @@ pub struct Outcome {
     pub violations: usize,
     pub expectation_met: bool,
     pub wall_ms: f64,
+    /// Device 0's squeeze as measured and left (see [`StressDevice::squeeze_note`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub squeeze: Option<String>,
+    /// The first typed error of the batch, as displayed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
 }
 
 impl Outcome {
@@ -305,6 +316,8 @@ pub fn run_scenario_on<D: StressDevice>(
         violations: audit.violations().len() + usize::from(!run.locks_released),
         expectation_met: true,
         wall_ms: run.wall.as_secs_f64() * 1e3,
+        squeeze: pipeline.devices()[0].squeeze_note(),
+        first_error: None,
     };
     // With one device every partition must be an Oom where the fallback cannot fit;
     // with more, every error must be an Oom (the other devices may prove partitions).
@@ -318,6 +331,7 @@ pub fn run_scenario_on<D: StressDevice>(
             },
             Err(ProveError::LockTimeout { .. }) => o.deadlocks += 1,
             Err(e) => {
+                o.first_error.get_or_insert_with(|| e.to_string());
                 errors_all_oom &= matches!(e, ProveError::Device { source, .. } if source.is_oom());
                 errors_on_device_0 &= matches!(e, ProveError::Device { device: 0, .. });
                 o.typed_errors += 1
@@ -417,6 +431,16 @@ pub fn table(outcomes: &[Outcome]) -> String {
             if o.passed() { "yes" } else { "NO" }
         );
     }
+    // What a reviewer needs to read a failed row: the squeeze as it happened and the
+    // first error.
+    for o in outcomes.iter().filter(|o| !o.passed()) {
+        s += &format!(
+            "{}: squeeze {}; first error {}\n",
+            o.scenario,
+            o.squeeze.as_deref().unwrap_or("none"),
+            o.first_error.as_deref().unwrap_or("none"),
+        );
+    }
     s
 }
 
@@ -470,8 +494,7 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         if let Some(k) = sets {
             let shape = prep::shape(&w.matrices)?;
             let m = d.measure(&Arc::new(w.key.pk.clone()), &shape)?;
-            tracing::debug!(?m, k, "squeeze");
-            d.squeeze_to(Some(m.key + (m.working_set as f64 * k) as u64))?;
+            d.squeeze_for(m, k)?;
         }
         d.mark_baseline()?;
         Ok(d)
@@ -486,5 +509,19 @@ impl StressDevice for crate::device::cuda::CudaDevice {
 
     fn faults_injected(&self) -> usize {
         crate::device::cuda::CudaDevice::faults_injected(self)
+    }
+
+    fn squeeze_note(&self) -> Option<String> {
+        const MIB: f64 = (1u64 << 20) as f64;
+        self.squeeze_level().map(|l| {
+            format!(
+                "key {:.1} MiB and set {:.1} MiB measured; {} sets: {:.1} MiB free asked, {:.1} MiB left",
+                l.measured.key as f64 / MIB,
+                l.measured.working_set as f64 / MIB,
+                l.sets,
+                l.asked_free as f64 / MIB,
+                l.free_after as f64 / MIB,
+            )
+        })
     }
 }

@@ -197,8 +197,9 @@ fn gpu_stress_scenarios() {
     list.push(stress::pressure_scenario(10, twolock.into()));
     let mut outcomes = Vec::new();
     for s in &list {
-        outcomes
-            .push(stress::run_scenario::<CudaDevice>(&w, s, 3, Duration::from_secs(60)).unwrap());
+        let o = stress::run_scenario::<CudaDevice>(&w, s, 3, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("scenario {}: {e}", s.name));
+        outcomes.push(o);
     }
     eprint!("{}", stress::table(&outcomes));
     for o in &outcomes {

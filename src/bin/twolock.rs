@@ -767,6 +767,11 @@ mod kernels {
         Error::Device(DeviceError::from(e))
     }
 
+    /// A progress line's peer time: "12.34 ms", or "—" where the peer did not run.
+    fn ms_or_dash(ms: Option<f64>, decimals: usize) -> String {
+        ms.map_or_else(|| "—".to_string(), |v| format!("{v:.decimals$} ms"))
+    }
+
     pub fn bench_ntt(k: &KernelBenchArgs) -> Result<ExitCode, Error> {
         let logs = sizes(k)?;
         let gpu = gpu(k)?;
@@ -783,8 +788,10 @@ mod kernels {
             let peer = peer_ntt(t.log_n, k.runs)?;
             let ratio = peer.map(|p| t.median_ms / p);
             eprintln!(
-                "  2^{}: {:.3} ms (sppark {:?} ms)",
-                t.log_n, t.median_ms, peer
+                "  2^{}: {:.3} ms (sppark {})",
+                t.log_n,
+                t.median_ms,
+                ms_or_dash(peer, 3)
             );
             rows.push(json!({
                 "log_n": t.log_n,
@@ -891,11 +898,11 @@ mod kernels {
             let agree_peer = peer.map(|(_, p)| Some(p) == t.result);
             ok &= t.consistent && agree_cpu != Some(false) && agree_peer != Some(false);
             eprintln!(
-                "  2^{}: {:.2} ms (arkworks {:?}, sppark {:?})",
+                "  2^{}: {:.2} ms (arkworks {}, sppark {})",
                 t.log_n,
                 t.median_ms,
-                cpu.map(|c| c.0),
-                peer.map(|p| p.0)
+                ms_or_dash(cpu.map(|c| c.0), 1),
+                ms_or_dash(peer.map(|p| p.0), 2)
             );
             rows.push(json!({
                 "log_n": t.log_n,

@@ -210,10 +210,17 @@ impl Gpu {
     /// (seen on the H200: `msm_sum_chunks` OUT_OF_MEMORY at its first launch) and the
     /// leak check counts what stays. Loaded here, they belong to the warm-up instead.
     fn make_resident(&self, m: &Arc<CudaModule>, module: &'static str) -> Result<(), CudaError> {
-        let load_err = |e: DriverError| CudaError::Load {
+        // The free VRAM at the failure names the cause of an out-of-memory load.
+        let fail = |what: &str, e: DriverError| CudaError::Load {
             module,
-            reason: format!("making its kernels resident: {e:?}"),
+            reason: match self.mem_info() {
+                Ok((free, total)) => {
+                    format!("{what}: {e:?} ({} of {} MiB free)", free >> 20, total >> 20)
+                }
+                Err(_) => format!("{what}: {e:?}"),
+            },
         };
+        let load_err = |e: DriverError| fail("making its kernels resident", e);
         let Some(&(_, anchor)) = ANCHORS.iter().find(|(name, _)| *name == module) else {
             return Err(CudaError::MissingKernel {
                 module,
@@ -256,7 +263,9 @@ impl Gpu {
         }
         let limit = sys::CUlimit::CU_LIMIT_STACK_SIZE;
         if stack > self.ctx.get_limit(limit).map_err(load_err)? {
-            self.ctx.set_limit(limit, stack).map_err(load_err)?;
+            self.ctx
+                .set_limit(limit, stack)
+                .map_err(|e| fail(&format!("raising the stack limit to {stack} B"), e))?;
         }
         Ok(())
     }

@@ -197,6 +197,18 @@ pub struct CudaDevice {
     ballast: Mutex<Vec<DeviceBuffer<u8>>>,
     /// Free VRAM after [`CudaDevice::mark_baseline`], for the leak check.
     baseline_free: Mutex<Option<u64>>,
+    /// What the last [`CudaDevice::squeeze_for`] measured and left, for the report.
+    squeeze: Mutex<Option<SqueezeLevel>>,
+}
+
+/// A squeeze as it happened: the footprints it was computed from, the free VRAM it
+/// asked to leave and the free VRAM it left (the stress report shows all four).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct SqueezeLevel {
+    pub measured: MeasuredFootprint,
+    pub sets: f64,
+    pub asked_free: u64,
+    pub free_after: u64,
 }
 
 /// What a key and one full working set really take on a device: the drop in free
@@ -227,6 +239,7 @@ impl CudaDevice {
             arena: Mutex::new(Vec::new()),
             ballast: Mutex::new(Vec::new()),
             baseline_free: Mutex::new(None),
+            squeeze: Mutex::new(None),
         };
         // Module loads are device-global (resident kernels, a stack-limit raise that
         // waits for the device): here, before any worker runs, never inside a batch.
@@ -331,25 +344,53 @@ impl CudaDevice {
         &self.gpu
     }
 
+    /// Squeezes the device so that the key plus `sets` measured working sets stay
+    /// free (see [`CudaDevice::squeeze_to`]) and records the result for the report.
+    pub fn squeeze_for(
+        &self,
+        measured: MeasuredFootprint,
+        sets: f64,
+    ) -> Result<SqueezeLevel, DeviceError> {
+        let asked_free = measured.key + (measured.working_set as f64 * sets) as u64;
+        let free_after = self.squeeze_to(Some(asked_free))?;
+        let level = SqueezeLevel {
+            measured,
+            sets,
+            asked_free,
+            free_after,
+        };
+        tracing::debug!(?level, "squeezed");
+        *self.squeeze.lock() = Some(level);
+        Ok(level)
+    }
+
+    /// The last squeeze of this device, if any.
+    pub fn squeeze_level(&self) -> Option<SqueezeLevel> {
+        *self.squeeze.lock()
+    }
+
     /// Holds VRAM so that about `leave` bytes stay free (a squeeze); `None` releases
-    /// it. The ballast is taken in pieces of at most 4 GiB, halving a piece that does
-    /// not fit: one allocation of nearly all free memory fails even when `mem_info`
-    /// says it fits. What stays free is `leave` rounded up to the 2 MiB page.
-    pub fn squeeze_to(&self, leave: Option<u64>) -> Result<(), DeviceError> {
+    /// it. Returns the free VRAM it leaves. The ballast is taken in pieces of at most
+    /// 4 GiB, halving a piece that does not fit: one allocation of nearly all free
+    /// memory fails even when `mem_info` says it fits. What stays free is `leave`
+    /// rounded up to the 2 MiB page.
+    pub fn squeeze_to(&self, leave: Option<u64>) -> Result<u64, DeviceError> {
         const PAGE: u64 = 2 << 20;
         const PIECE: u64 = 4 << 30;
         let mut ballast = self.ballast.lock();
         for b in ballast.drain(..) {
             b.free()?;
         }
-        let Some(leave) = leave else { return Ok(()) };
+        let free_now = || -> Result<u64, DeviceError> { Ok(self.gpu.mem_info()?.0) };
+        let Some(leave) = leave else {
+            return free_now();
+        };
         let mut piece = PIECE;
         loop {
-            let (free, _) = self.gpu.mem_info()?;
+            let free = free_now()?;
             let want = (free.saturating_sub(leave) / PAGE * PAGE).min(piece);
             if want < PAGE {
-                tracing::debug!(free, leave, "squeezed");
-                return Ok(());
+                return Ok(free);
             }
             match self
                 .gpu
@@ -357,7 +398,7 @@ impl CudaDevice {
             {
                 Ok(b) => ballast.push(b),
                 Err(CudaError::Oom { .. }) if want > PAGE => piece = want / 2,
-                Err(CudaError::Oom { .. }) => return Ok(()),
+                Err(CudaError::Oom { .. }) => return free_now(),
                 Err(e) => return Err(e.into()),
             }
         }

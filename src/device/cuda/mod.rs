@@ -19,7 +19,7 @@ pub mod ntt;
 pub mod witness_map;
 
 pub mod device;
-pub use device::CudaDevice;
+pub use device::{CudaDevice, MeasuredFootprint, SqueezeLevel};
 
 pub use context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 pub use layout::{DevFq, DevFr, DevG1Affine, DevG1Xyzz};
