@@ -38,10 +38,6 @@ pub trait StressDevice: Device + Sized {
     fn squeeze_note(&self) -> Option<String> {
         None
     }
-    /// Gives back what a squeeze holds (no-op where nothing is held).
-    fn release_squeeze(&self) -> Result<(), Error> {
-        Ok(())
-    }
 }
 
 /// One scenario to run.
@@ -373,10 +369,6 @@ pub fn run_scenario_on<D: StressDevice>(
     } else if s.faults.is_empty() {
         o.expectation_met &= o.typed_errors == 0;
     }
-    // The squeeze goes with its scenario, before the next one builds its devices.
-    for d in pipeline.devices() {
-        d.release_squeeze()?;
-    }
     Ok(o)
 }
 
@@ -517,11 +509,6 @@ impl StressDevice for crate::device::cuda::CudaDevice {
 
     fn faults_injected(&self) -> usize {
         crate::device::cuda::CudaDevice::faults_injected(self)
-    }
-
-    fn release_squeeze(&self) -> Result<(), Error> {
-        self.squeeze_to(None)?;
-        Ok(())
     }
 
     fn squeeze_note(&self) -> Option<String> {

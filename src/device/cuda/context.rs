@@ -482,15 +482,10 @@ impl<T> DeviceBuffer<T> {
             return Ok(());
         }
         self.live = false;
+        self.stream.context().bind_to_thread()?;
         // SAFETY: `ptr` came from the matching allocator and is freed exactly once
-        // (`live` guards the second call from Drop); the context is live (the stream
-        // holds it).
+        // (`live` guards the second call from Drop).
         unsafe {
-            // Not cudarc's `bind_to_thread`: it first returns (and clears) a deferred
-            // error of some earlier call, and this free would be skipped, its memory
-            // lost until the context goes. Seen on the H200: a squeeze's ballast
-            // survived its scenario and the next device had 5 MiB to load modules in.
-            result::ctx::set_current(self.stream.context().cu_ctx())?;
             match self.kind {
                 AllocKind::Sync => result::free_sync(self.ptr)?,
                 AllocKind::StreamOrdered => result::free_async(self.ptr, self.stream.cu_stream())?,
