@@ -126,6 +126,26 @@ fn squeeze_falls_back_only_below_two_sets(#[case] sets: f64, #[case] expect_fall
 }
 
 #[test]
+fn a_device_too_small_for_the_key_names_itself_once() {
+    let w = workload(Family::Boolean, 6, 2);
+    let cfg = SimConfig {
+        capacity: SimDevice::key_bytes(&w.key.pk) / 2,
+        ..SimConfig::default()
+    };
+    let r = run(&w, cfg, FaultPlan::none(), Default::default());
+    for res in &r.run.results {
+        match res {
+            Err(ProveError::NoDevice(why)) => {
+                assert!(why.starts_with("device 0: "), "{why}");
+                assert!(!why.contains(&usize::MAX.to_string()), "{why}");
+            }
+            other => panic!("expected NoDevice, got {other:?}"),
+        }
+    }
+    assert_clean(&r);
+}
+
+#[test]
 fn too_small_for_even_the_chunked_fallback_is_a_typed_error() {
     let w = workload(Family::Mimc, 6, 3);
     let r = run(

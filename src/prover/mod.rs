@@ -340,6 +340,10 @@ impl<D: Device> Pipeline<D> {
                     contexts.push(ctx);
                     handles.append(&mut h);
                 }
+                // A device error here still carries the placeholder index: name it once.
+                Err(ProveError::Device { source, .. }) => {
+                    load_errors.push(format!("device {index}: {source}"))
+                }
                 Err(e) => load_errors.push(format!("device {index}: {e}")),
             }
         }
