@@ -767,9 +767,10 @@ mod kernels {
         Error::Device(DeviceError::from(e))
     }
 
-    /// A progress line's peer time: "12.34 ms", or "—" where the peer did not run.
-    fn ms_or_dash(ms: Option<f64>, decimals: usize) -> String {
-        ms.map_or_else(|| "—".to_string(), |v| format!("{v:.decimals$} ms"))
+    /// `v` to `prec` decimals followed by `unit`, or "—" where there is no value (a
+    /// peer that did not run, a ratio without its peer).
+    fn or_dash(v: Option<f64>, prec: usize, unit: &str) -> String {
+        v.map_or_else(|| "—".to_string(), |v| format!("{v:.prec$}{unit}"))
     }
 
     pub fn bench_ntt(k: &KernelBenchArgs) -> Result<ExitCode, Error> {
@@ -791,7 +792,7 @@ mod kernels {
                 "  2^{}: {:.3} ms (sppark {})",
                 t.log_n,
                 t.median_ms,
-                ms_or_dash(peer, 3)
+                or_dash(peer, 3, " ms")
             );
             rows.push(json!({
                 "log_n": t.log_n,
@@ -825,8 +826,8 @@ mod kernels {
                     t.memory_floor_ms,
                     t.mul_floor_ms,
                     t.copy_gbps,
-                    p.map_or("—".into(), |p| format!("{p:.3}")),
-                    p.map_or("—".into(), |p| format!("{:.2}", t.median_ms / p)),
+                    or_dash(p, 3, ""),
+                    or_dash(p.map(|p| t.median_ms / p), 2, ""),
                 );
             }
         }
@@ -901,8 +902,8 @@ mod kernels {
                 "  2^{}: {:.2} ms (arkworks {}, sppark {})",
                 t.log_n,
                 t.median_ms,
-                ms_or_dash(cpu.map(|c| c.0), 1),
-                ms_or_dash(peer.map(|p| p.0), 2)
+                or_dash(cpu.map(|c| c.0), 1, " ms"),
+                or_dash(peer.map(|p| p.0), 2, " ms")
             );
             rows.push(json!({
                 "log_n": t.log_n,
@@ -926,20 +927,14 @@ mod kernels {
                 "log n", "ours ms", "arkworks ms", "speedup", "sppark ms", "ratio", "equal"
             );
             for r in &rows {
-                let f = |key: &str, prec: usize| {
-                    r[key]
-                        .as_f64()
-                        .map_or("—".to_string(), |v| format!("{v:.prec$}"))
-                };
+                let f = |key: &str, prec: usize| or_dash(r[key].as_f64(), prec, "");
                 let equal = r["equal_to_arkworks"] != false
                     && r["equal_to_sppark"] != false
                     && r["ours"]["consistent"] == true;
                 println!(
                     "{:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
                     r["log_n"],
-                    r["ours"]["median_ms"]
-                        .as_f64()
-                        .map_or("—".into(), |v| format!("{v:.2}")),
+                    or_dash(r["ours"]["median_ms"].as_f64(), 2, ""),
                     f("arkworks_ms", 1),
                     f("speedup_over_arkworks", 1),
                     f("sppark_ms", 2),

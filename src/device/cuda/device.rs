@@ -203,7 +203,7 @@ pub struct CudaDevice {
 
 /// A squeeze as it happened: the footprints it was computed from, the free VRAM it
 /// asked to leave and the free VRAM it left (the stress report shows all four).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SqueezeLevel {
     pub measured: MeasuredFootprint,
     pub sets: f64,
