@@ -20,7 +20,7 @@ use twolock::Error;
 #[derive(Parser)]
 #[command(
     name = "twolock",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (kernels ", env!("TWOLOCK_KERNELS"), ")"),
+    version,
     about = "Correctness-first harness around a two-lock GPU Groth16 prover (BLS12-381)"
 )]
 struct Cli {
@@ -749,9 +749,6 @@ mod kernels {
 
     use super::KernelBenchArgs;
 
-    /// The digest of the `cuda/` sources these kernels were built from (build.rs).
-    const KERNELS: &str = env!("TWOLOCK_KERNELS");
-
     fn sizes(k: &KernelBenchArgs) -> Result<Vec<u32>, Error> {
         if k.log_min == 0 || k.log_min > k.log_max || k.log_max > 26 {
             return Err(Error::Usage(format!(
@@ -780,7 +777,7 @@ mod kernels {
         let logs = sizes(k)?;
         let gpu = gpu(k)?;
         eprintln!(
-            "bench ntt: 2^{}..2^{} on {}, {} runs each (kernels {KERNELS})",
+            "bench ntt: 2^{}..2^{} on {}, {} runs each",
             k.log_min,
             k.log_max,
             gpu.name(),
@@ -804,7 +801,7 @@ mod kernels {
                 "ours_over_sppark": ratio,
             }));
         }
-        let out = json!({ "gpu": gpu.name(), "kernels": KERNELS, "runs": k.runs, "rows": rows });
+        let out = json!({ "gpu": gpu.name(), "runs": k.runs, "rows": rows });
         if k.json {
             println!("{out:#}");
         } else {
@@ -874,7 +871,7 @@ mod kernels {
         let logs = sizes(k)?;
         let gpu = gpu(k)?;
         eprintln!(
-            "bench msm: 2^{}..2^{} on {}, {} runs each (kernels {KERNELS})",
+            "bench msm: 2^{}..2^{} on {}, {} runs each",
             k.log_min,
             k.log_max,
             gpu.name(),
@@ -920,7 +917,7 @@ mod kernels {
                 "speedup_over_arkworks": cpu.map(|c| c.0 / t.median_ms),
             }));
         }
-        let out = json!({ "gpu": gpu.name(), "kernels": KERNELS, "runs": k.runs, "rows": rows, "ok": ok });
+        let out = json!({ "gpu": gpu.name(), "runs": k.runs, "rows": rows, "ok": ok });
         if k.json {
             println!("{out:#}");
         } else {
