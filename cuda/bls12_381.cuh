@@ -18,8 +18,10 @@ static __device__ __constant__ __align__(16) const uint32_t FR_ONE[8] = {
 // R^2 mod r
 static __device__ __constant__ __align__(16) const uint32_t FR_RR[8] = {
     0xf3f29c6d, 0xc999e990, 0x87925c23, 0x2b6cedcb, 0x7254398f, 0x05d31496, 0x9f59ff11, 0x0748d9d9};
-// -r^-1 mod 2^32
-static constexpr uint32_t FR_M0 = 0xffffffff;
+// -r^-1 mod 2^32. Not const, so nvcc reads it at run time: folding the known M0 = -1
+// rewrites the reduction's multiply-adds so that ptxas can no longer pair them into
+// wide IMADs (+65 % instructions in an Fr product).
+static __device__ __constant__ uint32_t FR_M0 = 0xffffffff;
 
 static __device__ __constant__ __align__(16) const uint32_t FP_MOD[12] = {
     0xffffaaab, 0xb9feffff, 0xb153ffff, 0x1eabfffe, 0xf6b0f624, 0x6730d2a0,
@@ -33,7 +35,7 @@ static __device__ __constant__ __align__(16) const uint32_t FP_RR[12] = {
     0x1c341746, 0xf4df1f34, 0x09d104f1, 0x0a76e6a6, 0x4c95b6d5, 0x8de5476c,
     0x939d83c0, 0x67eb88a9, 0xb519952d, 0x9a793e85, 0x92cae3aa, 0x11988fe5};
 // -p^-1 mod 2^32
-static constexpr uint32_t FP_M0 = 0xfffcfffd;
+static __device__ __constant__ uint32_t FP_M0 = 0xfffcfffd;
 }  // namespace bls12_381
 
 // Scalar field Fr: 8 x u32, the layout of arkworks `ark_bls12_381::Fr`.

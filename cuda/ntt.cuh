@@ -6,16 +6,24 @@
 // 2^done independent sub-problems of M = 2^(log_n - done) contiguous points. Pass p
 // writes u = hi·2^c + lo (hi < 2^k, lo < 2^c, c = log_n - done - k) of each
 // sub-problem as a 2^k-point DFT over hi for every column lo (a k-stage DIF with
-// roots of order 2^k, in shared memory), leaving frequency k1 at row brev_k(k1),
-// then multiplies it by the four-step twiddle w_M^(lo·k1). The last pass has c = 0
-// and no twiddle. The result is the DFT in bit-reversed order; `ntt_bitrev_scale`
-// permutes it to natural order and applies the per-index scale of the variant.
+// roots of order 2^k), leaving frequency k1 at row brev_k(k1), then multiplies it by
+// the four-step twiddle w_M^(lo·k1). The last pass has c = 0 and no twiddle. The
+// result is the DFT in bit-reversed order; `ntt_bitrev_scale` permutes it to natural
+// order and applies the per-index scale of the variant.
+//
+// Within a pass, the k stages run in groups of at most three (`stage_groups`): each
+// thread loads the 2^R rows that a group of R stages mixes, runs the R stages in
+// registers, and stores them back, so a pass costs ⌈k/3⌉ trips through shared memory
+// (the first group reads global memory, the last writes it) instead of one per stage.
 //
 // Roots come from tables uploaded once per GPU (src/device/cuda/ntt.rs):
 //   small[j]  = w_{2^MAX_PASS_LOG}^j,   j < 2^(MAX_PASS_LOG-1)
+//   direct[e] = w_{2^DIRECT_LOG}^e,     e < 2^DIRECT_LOG
 //   hi[a]·lo[b] = w_{2^MAX_LOG_N}^(a·2^TW_SPLIT + b)
 // where w_{2^s} = arkworks' `Fr::get_root_of_unity(2^s)` (or its inverse for the
-// inverse transform). The coset tables hold g^i (or g^-i), g = 7, in the same split.
+// inverse transform). A four-step twiddle costs one product where M ≤ 2^DIRECT_LOG
+// (one table read) and two above (hi·lo). The coset tables hold g^i (or g^-i), g = 7,
+// in the hi/lo split.
 #pragma once
 
 #include "bls12_381.cuh"
@@ -25,6 +33,9 @@ namespace ntt {
 constexpr uint32_t MAX_LOG_N = 28;
 constexpr uint32_t TW_SPLIT = 14;
 constexpr uint32_t MAX_PASS_LOG = 11;
+constexpr uint32_t DIRECT_LOG = 16;
+// Most stages one thread runs in registers (2^MAX_GROUP rows per thread).
+constexpr int MAX_GROUP = 3;
 
 // hi[t >> TW_SPLIT] · lo[t mod 2^TW_SPLIT]: the t-th power of the tables' root.
 __device__ __forceinline__ fr_t table_pow(const fr_t* __restrict__ hi, const fr_t* __restrict__ lo,
@@ -36,85 +47,139 @@ __device__ __forceinline__ uint32_t brev(uint32_t x, uint32_t bits) {
     return bits == 0 ? 0 : __brev(x) >> (32 - bits);
 }
 
-// Writes a pass output at `row` of the block's tile, with the four-step twiddle.
-__device__ __forceinline__ void dif_store(fr_t* __restrict__ data, size_t base, uint32_t row,
-                                          uint32_t col, uint32_t lo, uint32_t c, uint32_t k,
-                                          uint32_t log_m, fr_t v, const fr_t* __restrict__ tw_hi,
-                                          const fr_t* __restrict__ tw_lo) {
-    if (c > 0) {
-        uint32_t k1 = brev(row, k);
-        uint32_t e = lo * k1;  // < 2^(c+k) = M
-        v = v * table_pow(tw_hi, tw_lo, e << (MAX_LOG_N - log_m));
-    }
-    data[base + ((size_t)row << c) + col] = v;
+// Where one block works: a tile of 2^k rows × 2^log_t consecutive columns of one
+// sub-problem, row r and column col at data[base + (r << c) + col].
+struct Tile {
+    fr_t* data;
+    size_t base;
+    uint32_t log_m, c, k, log_t;
+    uint32_t lo0;  // the sub-problem column of the tile's column 0
+};
+
+// The tables one pass reads (null coset pointers: not a coset input pass).
+struct Roots {
+    const fr_t* small;
+    const fr_t* direct;
+    const fr_t* tw_hi;
+    const fr_t* tw_lo;
+    const fr_t* coset_hi;
+    const fr_t* coset_lo;
+};
+
+// v · w_M^(lo·brev_k(row)): the four-step twiddle of a pass output (M = 2^log_m).
+__device__ __forceinline__ fr_t four_step(const Tile& t, const Roots& w, uint32_t row,
+                                          uint32_t lo, fr_t v) {
+    const uint32_t e = lo * brev(row, t.k);  // < 2^(c+k) = M
+    if (t.log_m <= DIRECT_LOG) return v * w.direct[e << (DIRECT_LOG - t.log_m)];
+    return v * table_pow(w.tw_hi, w.tw_lo, e << (MAX_LOG_N - t.log_m));
 }
 
-// One pass of k DIF stages. Block tile: 2^k rows × T = 2^log_t consecutive columns;
-// gridDim.x = n / (2^k·T); dynamic shared memory 2^k·T fr_t.
-__device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done,
-                                         uint32_t k, uint32_t log_t, const fr_t* __restrict__ small,
-                                         const fr_t* __restrict__ tw_hi,
-                                         const fr_t* __restrict__ tw_lo,
-                                         const fr_t* __restrict__ coset_hi,
-                                         const fr_t* __restrict__ coset_lo) {
-    extern __shared__ fr_t smem[];
-    const uint32_t log_m = log_n - done;
-    const uint32_t c = log_m - k;
-    const uint32_t T = 1u << log_t;
-    const uint32_t log_groups = c - log_t;  // column groups per sub-problem
-    const size_t sub = blockIdx.x >> log_groups;
-    const uint32_t cg = blockIdx.x & ((1u << log_groups) - 1);
-    const size_t base = (sub << log_m) + ((size_t)cg << log_t);
-    const uint32_t half_rows = 1u << (k - 1);
-    const uint32_t butterflies = half_rows << log_t;
-    const uint32_t small_shift = MAX_PASS_LOG - k;
-
-    // Stage 0: rows r and r + 2^(k-1), straight from global memory.
-    for (uint32_t b = threadIdx.x; b < butterflies; b += blockDim.x) {
-        const uint32_t col = b & (T - 1), r = b >> log_t;
-        const size_t i0 = base + ((size_t)r << c) + col;
-        const size_t i1 = i0 + ((size_t)half_rows << c);
-        fr_t x0 = data[i0], x1 = data[i1];
-        if (coset_hi != nullptr) {  // coset NTT: coefficient i times g^i (first pass only)
-            x0 = x0 * table_pow(coset_hi, coset_lo, (uint32_t)i0);
-            x1 = x1 * table_pow(coset_hi, coset_lo, (uint32_t)i1);
-        }
-        const fr_t s = x0 + x1;
-        fr_t d = x0 - x1;
-        if (k == 1) {  // the only butterfly's twiddle is w^0 = 1
-            const uint32_t lo = (cg << log_t) + col;
-            dif_store(data, base, 0, col, lo, c, k, log_m, s, tw_hi, tw_lo);
-            dif_store(data, base, 1, col, lo, c, k, log_m, d, tw_hi, tw_lo);
-        } else {
-            d = d * small[r << small_shift];
-            smem[(r << log_t) + col] = s;
-            smem[((r + half_rows) << log_t) + col] = d;
-        }
-    }
-    // Stages 1..k-1 in shared memory; the last one writes to global memory.
-    for (uint32_t t = 1; t < k; t++) {
-        __syncthreads();
-        const uint32_t log_hl = k - 1 - t;
-        const uint32_t hl = 1u << log_hl;
-        for (uint32_t b = threadIdx.x; b < butterflies; b += blockDim.x) {
-            const uint32_t col = b & (T - 1), r = b >> log_t;
-            const uint32_t j = r & (hl - 1);
-            const uint32_t x = ((r >> log_hl) << (log_hl + 1)) + j;
-            const fr_t a0 = smem[(x << log_t) + col];
-            const fr_t a1 = smem[((x + hl) << log_t) + col];
-            const fr_t s = a0 + a1;
-            fr_t d = a0 - a1;
-            if (t == k - 1) {  // half-length 1: j = 0, twiddle w^0 = 1 (no multiplication)
-                const uint32_t lo = (cg << log_t) + col;
-                dif_store(data, base, x, col, lo, c, k, log_m, s, tw_hi, tw_lo);
-                dif_store(data, base, x + hl, col, lo, c, k, log_m, d, tw_hi, tw_lo);
+// Stages first..first+R-1 of the tile's k-stage DIF. Virtual thread v owns column
+// col and the rows row0 + (i << d), i < 2^R, d = k - first - R: exactly the rows those
+// stages mix, disjoint from every other virtual thread's, so the group needs no
+// synchronization inside. FIRST reads global memory (and applies the coset powers),
+// LAST (d = 0) writes global memory with the four-step twiddle; other groups read and
+// write the shared tile.
+template <int R, bool FIRST, bool LAST>
+__device__ __forceinline__ void stage_group(const Tile& t, fr_t* smem, const Roots& w,
+                                            uint32_t first) {
+    constexpr int ROWS = 1 << R;
+    const uint32_t d = t.k - first - R;  // LAST: 0
+    const uint32_t small_shift = MAX_PASS_LOG - t.k;
+    const uint32_t mask_t = (1u << t.log_t) - 1;
+    const uint32_t vthreads = 1u << (t.k - R + t.log_t);
+    for (uint32_t v = threadIdx.x; v < vthreads; v += blockDim.x) {
+        const uint32_t col = v & mask_t, rest = v >> t.log_t;
+        const uint32_t low = rest & ((1u << d) - 1);
+        const uint32_t row0 = ((rest >> d) << (t.k - first)) + low;
+        fr_t x[ROWS];
+#pragma unroll
+        for (int i = 0; i < ROWS; i++) {
+            const uint32_t row = row0 + ((uint32_t)i << d);
+            if (FIRST) {
+                const size_t idx = t.base + ((size_t)row << t.c) + col;
+                x[i] = t.data[idx];
+                if (w.coset_hi != nullptr)  // coset input: coefficient idx times g^idx
+                    x[i] = x[i] * table_pow(w.coset_hi, w.coset_lo, (uint32_t)idx);
             } else {
-                d = d * small[j << (small_shift + t)];
-                smem[(x << log_t) + col] = s;
-                smem[((x + hl) << log_t) + col] = d;
+                x[i] = smem[(row << t.log_t) + col];
             }
         }
+#pragma unroll
+        for (int s = 0; s < R; s++) {
+            const int h = ROWS >> (s + 1);  // register distance of this stage's pairs
+            const uint32_t shift = small_shift + first + s;
+#pragma unroll
+            for (int i = 0; i < ROWS; i++) {
+                if (i & h) continue;
+                const fr_t a0 = x[i], a1 = x[i + h];
+                x[i] = a0 + a1;
+                fr_t diff = a0 - a1;
+                // The pair's offset in its half-block: j = ((i mod h) << d) + low.
+                if (LAST) {  // known here: skip the w^0 = 1 products
+                    if ((i & (h - 1)) != 0) diff = diff * w.small[(uint32_t)(i & (h - 1)) << shift];
+                } else {
+                    diff = diff * w.small[((((uint32_t)(i & (h - 1))) << d) + low) << shift];
+                }
+                x[i + h] = diff;
+            }
+        }
+        if (LAST && t.c > 0) {  // all twiddles before any store: the stores may alias
+#pragma unroll
+            for (int i = 0; i < ROWS; i++) x[i] = four_step(t, w, row0 + i, t.lo0 + col, x[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < ROWS; i++) {
+            const uint32_t row = row0 + ((uint32_t)i << d);
+            if (LAST) t.data[t.base + ((size_t)row << t.c) + col] = x[i];
+            else smem[(row << t.log_t) + col] = x[i];
+        }
     }
+}
+
+// Size of the first stage group of a k-stage pass; the others have MAX_GROUP stages.
+__device__ __forceinline__ uint32_t first_group(uint32_t k) {
+    const uint32_t rem = k % MAX_GROUP;
+    return rem == 0 ? MAX_GROUP : rem;
+}
+
+// One pass of k DIF stages. Tile: 2^k rows × T = 2^log_t consecutive columns. A block
+// holds blockDim.y tiles (several small sub-problems in the last pass, where c = 0),
+// tile number blockIdx.x·blockDim.y + threadIdx.y; dynamic shared memory 2^k·T fr_t
+// per tile (unused when k ≤ 3).
+__device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done,
+                                         uint32_t k, uint32_t log_t, const Roots& w) {
+    extern __shared__ fr_t smem_all[];
+    fr_t* smem = smem_all + ((size_t)threadIdx.y << (k + log_t));
+    const uint32_t tile = blockIdx.x * blockDim.y + threadIdx.y;
+    Tile t;
+    t.data = data;
+    t.log_m = log_n - done;
+    t.k = k;
+    t.c = t.log_m - k;
+    t.log_t = log_t;
+    const uint32_t log_groups = t.c - log_t;  // column groups per sub-problem
+    const size_t sub = tile >> log_groups;
+    t.lo0 = (tile & ((1u << log_groups) - 1)) << log_t;
+    t.base = (sub << t.log_m) + t.lo0;
+
+    const uint32_t r0 = first_group(k);
+    if (r0 == k) {  // a single group: global to global
+        if (k == 1) stage_group<1, true, true>(t, smem, w, 0);
+        else if (k == 2) stage_group<2, true, true>(t, smem, w, 0);
+        else stage_group<3, true, true>(t, smem, w, 0);
+        return;
+    }
+    if (r0 == 1) stage_group<1, true, false>(t, smem, w, 0);
+    else if (r0 == 2) stage_group<2, true, false>(t, smem, w, 0);
+    else stage_group<3, true, false>(t, smem, w, 0);
+    uint32_t first = r0;
+    for (; first + MAX_GROUP < k; first += MAX_GROUP) {
+        __syncthreads();
+        stage_group<3, false, false>(t, smem, w, first);
+    }
+    __syncthreads();
+    stage_group<3, false, true>(t, smem, w, first);
 }
 
 // In-place bit-reversal permutation with a per-index factor on the output:

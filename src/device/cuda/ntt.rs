@@ -10,12 +10,13 @@
 //! Input and output are in natural order, in place, enqueued on the caller's stream
 //! (the call returns before the work is done; [`Gpu::sync`] waits and checks). Sizes
 //! 2^1..=2^[`MAX_LOG_N`]. No global scratch: several transforms may run at once on
-//! different streams. The root tables are uploaded once per [`Gpu`] (about 4 MiB) and
+//! different streams. The root tables are uploaded once per [`Gpu`] (about 8 MiB) and
 //! are read-only afterwards.
 //!
 //! Kernel structure (see `cuda/ntt.cuh`): ⌈L/10⌉ shared-memory passes of DIF stages
-//! (four-step decomposition, twiddles between passes), then one bit-reversal pass
-//! that also applies n^-1 and the coset powers.
+//! (four-step decomposition, twiddles between passes; inside a pass each thread runs
+//! groups of up to three stages in registers), then one bit-reversal pass that also
+//! applies n^-1 and the coset powers.
 
 use std::sync::{Arc, OnceLock};
 
@@ -43,10 +44,15 @@ pub const MAX_LOG_N: u32 = 28;
 const TW_SPLIT: u32 = 14;
 /// Order (log2) of the small-root table (`ntt::MAX_PASS_LOG`).
 const MAX_PASS_LOG: u32 = 11;
+/// Order (log2) of the one-read twiddle table (`ntt::DIRECT_LOG`).
+const DIRECT_LOG: u32 = 16;
 /// Most DIF stages per shared-memory pass; a block holds 2^TILE_LOG elements.
 const STAGES_PER_PASS: u32 = 10;
 const TILE_LOG: u32 = 10;
-const MAX_BLOCK: u32 = 256;
+/// Rows one thread holds while it runs a group of stages (`ntt::MAX_GROUP`, log2).
+const MAX_GROUP: u32 = 3;
+/// Threads per DIF block: `ntt_dif_pass` is built with `__launch_bounds__(128, 3)`.
+const MAX_BLOCK: u32 = 128;
 const BITREV_BLOCK: u32 = 256;
 
 /// Which transform of `Radix2EvaluationDomain<Fr>` to apply.
@@ -72,6 +78,10 @@ struct Tables {
     /// w_{2^11}^j, j < 2^10, and the inverses.
     small_fwd: DeviceBuffer<DevFr>,
     small_inv: DeviceBuffer<DevFr>,
+    /// w_{2^16}^e, e < 2^16, and the inverses: four-step twiddles of passes over at
+    /// most 2^16 points, one read each.
+    direct_fwd: DeviceBuffer<DevFr>,
+    direct_inv: DeviceBuffer<DevFr>,
     /// w_{2^28}^(a·2^14) and w_{2^28}^b, a, b < 2^14; and for w^-1.
     tw_fwd: [DeviceBuffer<DevFr>; 2],
     tw_inv: [DeviceBuffer<DevFr>; 2],
@@ -136,6 +146,10 @@ impl TwiddleCache {
         let ws_inv = ws
             .inverse()
             .ok_or_else(|| CudaError::InvalidInput("root is zero".into()))?;
+        let wd = root(DIRECT_LOG)?;
+        let wd_inv = wd
+            .inverse()
+            .ok_or_else(|| CudaError::InvalidInput("root is zero".into()))?;
         let g = Fr::GENERATOR;
         let g_inv = g
             .inverse()
@@ -148,6 +162,8 @@ impl TwiddleCache {
         let tables = Tables {
             small_fwd: up(&powers(ws, small))?,
             small_inv: up(&powers(ws_inv, small))?,
+            direct_fwd: up(&powers(wd, 1 << DIRECT_LOG))?,
+            direct_inv: up(&powers(wd_inv, 1 << DIRECT_LOG))?,
             tw_fwd: pair(split_table(w))?,
             tw_inv: pair(split_table(w_inv))?,
             coset: pair(split_table(g))?,
@@ -282,12 +298,13 @@ pub(crate) unsafe fn transform_raw(
     }
     let tables = gpu.ntt_tables.get(gpu)?;
     let dif = gpu.function(MODULE, kernel::DIF_PASS)?;
-    let (small, tw) = if steps.inverse {
-        (&tables.small_inv, &tables.tw_inv)
+    let (small, direct, tw) = if steps.inverse {
+        (&tables.small_inv, &tables.direct_inv, &tables.tw_inv)
     } else {
-        (&tables.small_fwd, &tables.tw_fwd)
+        (&tables.small_fwd, &tables.direct_fwd, &tables.tw_fwd)
     };
-    let (small, tw_hi, tw_lo) = (small.raw(), tw[0].raw(), tw[1].raw());
+    let (small, direct) = (small.raw(), direct.raw());
+    let (tw_hi, tw_lo) = (tw[0].raw(), tw[1].raw());
     for (p, pass) in plan(log_n).into_iter().enumerate() {
         let (coset_hi, coset_lo): (CUdeviceptr, CUdeviceptr) = if steps.coset_in && p == 0 {
             (tables.coset[0].raw(), tables.coset[1].raw())
@@ -295,11 +312,14 @@ pub(crate) unsafe fn transform_raw(
             (0, 0)
         };
         let tile_log = pass.k + pass.log_t;
-        let butterflies = 1u32 << (tile_log - 1);
+        // One thread per 2^MAX_GROUP rows of a column (smaller first groups loop), and
+        // tiles smaller than 2^TILE_LOG (the last pass's sub-problems) several to a block.
+        let threads = 1u32 << (tile_log - pass.k.min(MAX_GROUP));
+        let log_tiles_per_block = TILE_LOG.saturating_sub(tile_log).min(log_n - tile_log);
         let cfg = LaunchConfig {
-            grid_dim: (1u32 << (log_n - tile_log), 1, 1),
-            block_dim: (butterflies.min(MAX_BLOCK), 1, 1),
-            shared_mem_bytes: 32 << tile_log,
+            grid_dim: (1u32 << (log_n - tile_log - log_tiles_per_block), 1, 1),
+            block_dim: (threads.min(MAX_BLOCK), 1u32 << log_tiles_per_block, 1),
+            shared_mem_bytes: 32 << (tile_log + log_tiles_per_block),
         };
         let mut args = stream.launch_builder(&dif);
         args.arg(&ptr)
@@ -308,11 +328,12 @@ pub(crate) unsafe fn transform_raw(
             .arg(&pass.k)
             .arg(&pass.log_t)
             .arg(&small)
+            .arg(&direct)
             .arg(&tw_hi)
             .arg(&tw_lo)
             .arg(&coset_hi)
             .arg(&coset_lo);
-        // SAFETY: matches `ntt_dif_pass(fr_t*, u32, u32, u32, u32, const fr_t* x5)`;
+        // SAFETY: matches `ntt_dif_pass(fr_t*, u32, u32, u32, u32, const fr_t* x6)`;
         // tables live as long as `gpu`, data per the caller's contract.
         unsafe { gpu.launch(kernel::DIF_PASS, &mut args, cfg) }?;
     }
