@@ -7,7 +7,8 @@
 //!
 //! nvcc is looked up as `$NVCC`, then `$CUDA_HOME/bin/nvcc`, then `nvcc` on `PATH`.
 //! `TWOLOCK_PTXAS_VERBOSE=1` passes `-Xptxas -v` and reports ptxas's register, stack
-//! and spill lines as cargo warnings.
+//! and spill lines as cargo warnings. `TWOLOCK_KERNELS` (for `twolock --version`) is a
+//! digest of the `cuda/` sources, or says the build has no kernels.
 
 use std::env;
 use std::fmt::Write as _;
@@ -34,6 +35,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     peer_sppark::build(); // feature `peer-sppark` only; see the section at the end
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        println!("cargo:rustc-env=TWOLOCK_KERNELS=none, built without cuda");
         return;
     }
     println!("cargo:rerun-if-changed=cuda");
@@ -46,6 +48,11 @@ fn main() {
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let src_dir = manifest.join("cuda");
+    // `twolock --version` names the sources its kernels came from; ci/gpu.sh compares.
+    println!(
+        "cargo:rustc-env=TWOLOCK_KERNELS={}",
+        sources_digest(&src_dir)
+    );
     let verbose = env::var("TWOLOCK_PTXAS_VERBOSE").is_ok_and(|v| v == "1");
 
     let mut sources: Vec<PathBuf> = std::fs::read_dir(&src_dir)
@@ -96,6 +103,42 @@ fn main() {
     }
     rs.push_str("];\n");
     std::fs::write(out.join("kernels.rs"), rs).expect("write kernels.rs");
+}
+
+/// The first 16 hex digits of a SHA-256 over every file under `cuda/`, in byte order
+/// of their paths, each as its path (`cuda/…`), a NUL, and its bytes. ci/gpu.sh computes
+/// the same from the checkout it runs in: cargo reruns this script by file times, so an
+/// archive built in another worktree against one target directory can carry stale
+/// fatbins, and only a digest of the sources tells.
+fn sources_digest(src_dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    fn walk(dir: &Path, rel: &str, files: &mut Vec<(String, PathBuf)>) {
+        let entries =
+            std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+        for entry in entries {
+            let entry = entry.unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let (path, rel) = (entry.path(), format!("{rel}/{name}"));
+            if path.is_dir() {
+                walk(&path, &rel, files);
+            } else {
+                files.push((rel, path));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(src_dir, "cuda", &mut files);
+    files.sort();
+    let mut h = Sha256::new();
+    for (rel, path) in &files {
+        h.update(rel.as_bytes());
+        h.update([0]);
+        h.update(std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {rel}: {e}")));
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The name of the first `extern "C" __global__` function of a .cu file, skipping

@@ -4,7 +4,8 @@
 #
 #   bash ci/gpu.sh [ARCHIVE_DIR]          # default .gpu-archive
 #
-# Steps: (1) the whole suite under --profile gpu, in two passes (tests that may share
+# Steps: (0) the archive's kernels must come from this checkout's cuda/ (else exit 1);
+# (1) the whole suite under --profile gpu, in two passes (tests that may share
 # the card, then those that squeeze it or measure its free memory), JUnit per pass;
 # (2) compute-sanitizer memcheck and racecheck on the small GPU cases;
 # (3) with TWOLOCK_GPU_BENCH=1, `twolock bench ntt` and `twolock bench msm`;
@@ -33,6 +34,23 @@ export CI=true
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$OUT/gpu.txt"
+
+# The archive's kernels must be this checkout's cuda/: cargo reruns build.rs by file
+# times, so an archive built in another worktree can carry another tree's fatbins.
+# `twolock --version` names the digest build.rs took of the sources (see build.rs).
+mkdir -p "$EXTRACT"
+"$NEXTEST" nextest list --archive-file "$ARCHIVE" --workspace-remap . \
+  --extract-to "$EXTRACT" --extract-overwrite >/dev/null 2>"$OUT/extract.log"
+built=$("$EXTRACT/target/release/twolock" --version 2>/dev/null | sed -n 's/.*(kernels \(.*\))$/\1/p')
+here=$(find cuda -type f | LC_ALL=C sort | while IFS= read -r f; do printf '%s\0' "$f"; cat "$f"; done \
+  | sha256sum | cut -c1-16)
+echo "kernels: archive ${built:-unknown}, checkout $here"
+if [ "$built" != "$here" ]; then
+  echo "gpu.sh: the archive's kernels (${built:-unknown, see $OUT/extract.log}) were not built" \
+    "from this checkout's cuda/ ($here): rebuild the archive from this checkout" \
+    "(after 'touch cuda/*' if cargo kept an older build)" >&2
+  exit 1
+fi
 
 # Two passes: everything that may share the card, then the tests that squeeze it or
 # measure its free memory, alone.

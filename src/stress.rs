@@ -38,6 +38,15 @@ pub trait StressDevice: Device + Sized {
     fn squeeze_note(&self) -> Option<String> {
         None
     }
+    /// Whether the chunked fallback fits in what the squeeze left, as measured on the
+    /// device (None: judge from the computed footprints).
+    fn fallback_fits(&self) -> Option<bool> {
+        None
+    }
+    /// Gives back what a squeeze holds (no-op where nothing is held).
+    fn release_squeeze(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// One scenario to run.
@@ -360,7 +369,9 @@ pub fn run_scenario_on<D: StressDevice>(
         pipeline.devices()[0].working_set_bytes(&shape, Footprint::Full),
         pipeline.devices()[0].working_set_bytes(&shape, Footprint::Chunked),
     );
-    let fallback_fits = s.sets.is_none_or(|k| k * full as f64 >= chunked as f64);
+    let fallback_fits = pipeline.devices()[0]
+        .fallback_fits()
+        .unwrap_or_else(|| s.sets.is_none_or(|k| k * full as f64 >= chunked as f64));
     if let Some(f) = s.expect_fallback {
         o.expectation_met &= (squeezed_fallbacks > 0) == f || !fallback_fits;
     }
@@ -368,6 +379,10 @@ pub fn run_scenario_on<D: StressDevice>(
         o.expectation_met &= all_oom;
     } else if s.faults.is_empty() {
         o.expectation_met &= o.typed_errors == 0;
+    }
+    // The squeeze goes with its scenario, before the next one builds its devices.
+    for d in pipeline.devices() {
+        d.release_squeeze()?;
     }
     Ok(o)
 }
@@ -474,8 +489,9 @@ impl StressDevice for crate::device::sim::SimDevice {
 #[cfg(feature = "cuda")]
 impl StressDevice for crate::device::cuda::CudaDevice {
     /// GPU `ordinal` with the pool strategy. A squeeze holds VRAM in a ballast allocation so
-    /// that what stays free is the key plus `sets` working sets, both as measured on
-    /// this device (granularity included), not as computed.
+    /// that what stays free is the key plus `sets` working sets, as measured on this
+    /// device (granularity included) and proved by allocating them (see
+    /// [`CudaDevice::squeeze_for`](crate::device::cuda::CudaDevice::squeeze_for)).
     fn for_scenario(
         ordinal: usize,
         sets: Option<f64>,
@@ -493,8 +509,9 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         // `build` warmed the device's own caches (modules, twiddles) before any squeeze.
         if let Some(k) = sets {
             let shape = prep::shape(&w.matrices)?;
-            let m = d.measure(&Arc::new(w.key.pk.clone()), &shape)?;
-            d.squeeze_for(m, k)?;
+            let pk = Arc::new(w.key.pk.clone());
+            let m = d.measure(&pk, &shape)?;
+            d.squeeze_for(&pk, &shape, m, k, workers)?;
         }
         d.mark_baseline()?;
         Ok(d)
@@ -511,16 +528,35 @@ impl StressDevice for crate::device::cuda::CudaDevice {
         crate::device::cuda::CudaDevice::faults_injected(self)
     }
 
+    fn release_squeeze(&self) -> Result<(), Error> {
+        self.squeeze_to(None)?;
+        Ok(())
+    }
+
+    fn fallback_fits(&self) -> Option<bool> {
+        self.squeeze_level().map(|l| l.chunked_fits)
+    }
+
     fn squeeze_note(&self) -> Option<String> {
         const MIB: f64 = (1u64 << 20) as f64;
+        let mib = |b: u64| b as f64 / MIB;
         self.squeeze_level().map(|l| {
+            let m = l.measured;
             format!(
-                "key {:.1} MiB and set {:.1} MiB measured; {} sets: {:.1} MiB free asked, {:.1} MiB left",
-                l.measured.key as f64 / MIB,
-                l.measured.working_set as f64 / MIB,
+                "key {:.1} MiB, 1/2/3 sets {:.1}/{:.1}/{:.1} MiB, chunked set {:.1} MiB measured; \
+                 {} sets: {:.1} MiB free asked, raised {:.1} MiB, {:.1} MiB left; \
+                 chunked set fits: {}, one set more fits: {}",
+                mib(m.key),
+                mib(m.sets[0]),
+                mib(m.sets[1]),
+                mib(m.sets[2]),
+                mib(m.chunked),
                 l.sets,
-                l.asked_free as f64 / MIB,
-                l.free_after as f64 / MIB,
+                mib(l.asked_free),
+                mib(l.raised),
+                mib(l.free_after),
+                l.chunked_fits,
+                l.next_fits,
             )
         })
     }

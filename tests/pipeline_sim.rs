@@ -145,6 +145,33 @@ fn a_device_too_small_for_the_key_names_itself_once() {
     assert_clean(&r);
 }
 
+/// A device that loads the key but cannot give every worker a stream fails whole: no
+/// worker starts on it, so none outlives the batch holding the key (one did, on the
+/// H200, when a squeeze left room for the key but not for the streams).
+#[test]
+fn a_device_short_of_streams_starts_no_worker() {
+    let w = workload(Family::Boolean, 6, 3);
+    let cfg = SimConfig {
+        stream_limit: Some(1),
+        ..SimConfig::default()
+    };
+    let pc = PipelineConfig {
+        workers_per_device: 3,
+        ..Default::default()
+    };
+    let r = run(&w, cfg, FaultPlan::none(), pc);
+    for res in &r.run.results {
+        match res {
+            Err(ProveError::NoDevice(why)) => assert!(why.contains("out of"), "{why}"),
+            other => panic!("expected NoDevice, got {other:?}"),
+        }
+    }
+    // The key went back when `prove_batch` returned, not when some worker ends.
+    let mem = r.device.memory().unwrap();
+    assert_eq!(mem.free, mem.total, "the key is still loaded");
+    assert_clean(&r);
+}
+
 #[test]
 fn too_small_for_even_the_chunked_fallback_is_a_typed_error() {
     let w = workload(Family::Mimc, 6, 3);

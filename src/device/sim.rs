@@ -43,6 +43,9 @@ pub struct SimConfig {
     /// Pool: bytes kept cached after completed frees (CUDA's default is 0).
     pub release_threshold: u64,
     pub timing: SimTiming,
+    /// Streams the device gives before `create_stream` answers out of memory (a real
+    /// driver's streams take device memory too); `None`: no limit.
+    pub stream_limit: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -53,6 +56,7 @@ impl Default for SimConfig {
             strategy: AllocStrategy::Pool,
             release_threshold: 0,
             timing: SimTiming::default(),
+            stream_limit: None,
         }
     }
 }
@@ -291,6 +295,17 @@ impl Device for SimDevice {
 
     fn create_stream(&self, owner: WorkerId) -> Result<SimStream, DeviceError> {
         let mut st = self.inner.state.lock();
+        if self
+            .inner
+            .cfg
+            .stream_limit
+            .is_some_and(|limit| st.streams.len() >= limit)
+        {
+            return Err(DeviceError::Oom {
+                requested: 0,
+                free: st.vram.free(),
+            });
+        }
         st.streams.push(StreamState {
             owner: Some(owner),
             ..Default::default()

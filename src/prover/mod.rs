@@ -396,20 +396,29 @@ impl<D: Device> Pipeline<D> {
             key,
             shape,
         });
-        let mut handles = Vec::new();
-        for worker in 0..self.cfg.workers_per_device.max(1) {
-            let who = WorkerId {
-                device: index,
-                worker,
-            };
-            let w = Worker {
-                who,
-                stream: device.create_stream(who)?,
-                dev: dev.clone(),
-                shared: shared.clone(),
-            };
-            handles.push(thread::spawn(move || w.run()));
-        }
+        // Every worker's stream before any worker starts: a device that cannot give one
+        // fails whole, with no worker left running on it past the batch (holding its key).
+        let streams = (0..self.cfg.workers_per_device.max(1))
+            .map(|worker| {
+                let who = WorkerId {
+                    device: index,
+                    worker,
+                };
+                device.create_stream(who).map(|stream| (who, stream))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let handles = streams
+            .into_iter()
+            .map(|(who, stream)| {
+                let w = Worker {
+                    who,
+                    stream,
+                    dev: dev.clone(),
+                    shared: shared.clone(),
+                };
+                thread::spawn(move || w.run())
+            })
+            .collect();
         Ok((dev, handles))
     }
 }

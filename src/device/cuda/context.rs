@@ -149,8 +149,12 @@ impl Gpu {
     }
     /// A new non-blocking stream. (Puts cudarc in multi-stream mode: its own
     /// `CudaSlice`s then track uses with events.)
+    ///
+    /// A stream takes device memory of the driver's own (of a size it does not say):
+    /// out of memory here is an [`CudaError::Oom`] like an allocation's. Seen on the
+    /// H200: a squeeze that left the key room but not the workers' streams.
     pub fn new_stream(&self) -> Result<Arc<CudaStream>, CudaError> {
-        Ok(self.ctx.new_stream()?)
+        self.ctx.new_stream().map_err(|e| self.oom(e, 0))
     }
     pub fn ordinal(&self) -> usize {
         self.ordinal
@@ -482,10 +486,15 @@ impl<T> DeviceBuffer<T> {
             return Ok(());
         }
         self.live = false;
-        self.stream.context().bind_to_thread()?;
         // SAFETY: `ptr` came from the matching allocator and is freed exactly once
-        // (`live` guards the second call from Drop).
+        // (`live` guards the second call from Drop); the context is live (the stream
+        // holds it).
         unsafe {
+            // Not cudarc's `bind_to_thread`: it first returns (and clears) a deferred
+            // error of some earlier call, and this free would be skipped, its memory
+            // lost until the context goes. Seen on the H200: a squeeze's ballast
+            // survived its scenario and the next device had 5 MiB to load modules in.
+            result::ctx::set_current(self.stream.context().cu_ctx())?;
             match self.kind {
                 AllocKind::Sync => result::free_sync(self.ptr)?,
                 AllocKind::StreamOrdered => result::free_async(self.ptr, self.stream.cu_stream())?,

@@ -185,6 +185,9 @@ impl CudaKey {
     }
 }
 
+/// The squeeze's unit: the ballast's allocation page.
+const SQUEEZE_PAGE: u64 = 2 << 20;
+
 /// One GPU as a pipeline device.
 pub struct CudaDevice {
     gpu: Arc<Gpu>,
@@ -202,21 +205,45 @@ pub struct CudaDevice {
 }
 
 /// A squeeze as it happened: the footprints it was computed from, the free VRAM it
-/// asked to leave and the free VRAM it left (the stress report shows all four).
+/// asked to leave, how far it had to raise that, the free VRAM it left, and what was
+/// found to fit beside the key there (allocated, not predicted).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SqueezeLevel {
     pub measured: MeasuredFootprint,
     pub sets: f64,
     pub asked_free: u64,
+    /// Bytes added to `asked_free` until the sets the squeeze promises fitted.
+    pub raised: u64,
     pub free_after: u64,
+    /// Whether one chunked set (the smallest fallback) fitted.
+    pub chunked_fits: bool,
+    /// Whether one full set more than the squeeze promises fitted (it should not).
+    pub next_fits: bool,
 }
 
-/// What a key and one full working set really take on a device: the drop in free
-/// memory when they are allocated, so allocation granularity and pool rounding count.
+/// What a key, 1, 2 and 3 full working sets held at once, and one chunked set really
+/// take on a device: the drops in free memory when they are allocated, so allocation
+/// granularity and pool rounding count. The pool maps memory in steps (32 MiB on the
+/// H200), so one set's drop times k is not what k sets take: each k is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct MeasuredFootprint {
     pub key: u64,
-    pub working_set: u64,
+    /// `sets[i]`: the drop with i + 1 sets allocated at once.
+    pub sets: [u64; 3],
+    /// The drop with one chunked (fallback) set alone.
+    pub chunked: u64,
+}
+
+impl MeasuredFootprint {
+    /// The free memory `k` working sets need: the measured drop for whole k ≤ 3,
+    /// linear between two measured counts, and the last step's growth beyond 3.
+    pub fn sets_bytes(&self, k: f64) -> u64 {
+        let k = k.max(0.0);
+        let at = |i: usize| if i == 0 { 0 } else { self.sets[i - 1] };
+        let lo = (k.floor() as usize).min(2);
+        let step = at(lo + 1).saturating_sub(at(lo)) as f64;
+        (at(lo) as f64 + (k - lo as f64) * step) as u64
+    }
 }
 
 impl CudaDevice {
@@ -269,38 +296,80 @@ impl CudaDevice {
         self.trim_default_pool()
     }
 
-    /// Measures the key's and one working set's real VRAM use for `shape` (after a
-    /// [`CudaDevice::warm_up`], or the caches it fills count as the key's).
+    /// Measures the real VRAM use of the key, of 1, 2 and 3 full working sets held at
+    /// once and of one chunked set for `shape` (after a [`CudaDevice::warm_up`], or the
+    /// caches it fills count as the key's).
     pub fn measure(
         &self,
         pk: &Arc<ProvingKey>,
         shape: &Shape,
     ) -> Result<MeasuredFootprint, DeviceError> {
-        let free = || -> Result<u64, DeviceError> {
-            self.settle()?;
-            Ok(self.gpu.mem_info()?.0)
-        };
-        let before = free()?;
+        let before = self.settled_free()?;
         let key = self.load_key(pk)?;
-        let with_key = free()?;
-        let s = self.gpu.new_stream()?;
-        let bufs = Buffers::alloc(&self.gpu, &s, shape, Footprint::Full, self.alloc_kind())?;
-        self.gpu.sync(&s, "measure")?;
-        let with_set = self.gpu.mem_info()?.0;
-        bufs.free()?;
-        key.free()?;
+        let measured = self.settled_free().and_then(|with_key| {
+            let full = self.drops(shape, Footprint::Full, 3)?;
+            Ok(MeasuredFootprint {
+                key: before.saturating_sub(with_key),
+                sets: [full[0], full[1], full[2]],
+                chunked: self.drops(shape, Footprint::Chunked, 1)?[0],
+            })
+        });
+        // The key goes whatever the sets' measure returned.
+        let freed = key.free();
+        let measured = measured?;
+        freed?;
         self.settle()?;
-        Ok(MeasuredFootprint {
-            key: before.saturating_sub(with_key),
-            working_set: with_key.saturating_sub(with_set),
-        })
+        Ok(measured)
+    }
+
+    /// The drops in free VRAM with 1..=count sets of `footprint` held at once, all
+    /// freed before it returns (even after a failure).
+    fn drops(
+        &self,
+        shape: &Shape,
+        footprint: Footprint,
+        count: usize,
+    ) -> Result<Vec<u64>, DeviceError> {
+        let start = self.settled_free()?;
+        let s = self.gpu.new_stream()?;
+        let mut held = Vec::new();
+        let mut drops = Vec::new();
+        let mut fill = || -> Result<(), DeviceError> {
+            for _ in 0..count {
+                held.push(Buffers::alloc(
+                    &self.gpu,
+                    &s,
+                    shape,
+                    footprint,
+                    self.alloc_kind(),
+                )?);
+                self.gpu.sync(&s, "measure")?;
+                drops.push(start.saturating_sub(self.gpu.mem_info()?.0));
+            }
+            Ok(())
+        };
+        let filled = fill();
+        let mut freed = Ok(());
+        for b in held {
+            if let (Err(e), Ok(())) = (b.free(), &freed) {
+                freed = Err(e);
+            }
+        }
+        filled?;
+        freed?;
+        Ok(drops)
+    }
+
+    /// Free VRAM after a settle (see [`CudaDevice::settle`]).
+    fn settled_free(&self) -> Result<u64, DeviceError> {
+        self.settle()?;
+        Ok(self.gpu.mem_info()?.0)
     }
 
     /// Records the current free VRAM (after a settle) as the level a batch must
     /// return to. Take it after the device's caches exist (warm-up or a first batch).
     pub fn mark_baseline(&self) -> Result<(), DeviceError> {
-        self.settle()?;
-        *self.baseline_free.lock() = Some(self.gpu.mem_info()?.0);
+        *self.baseline_free.lock() = Some(self.settled_free()?);
         Ok(())
     }
 
@@ -309,8 +378,7 @@ impl CudaDevice {
         let Some(baseline) = *self.baseline_free.lock() else {
             return Ok(0);
         };
-        self.settle()?;
-        Ok(baseline.saturating_sub(self.gpu.mem_info()?.0))
+        Ok(baseline.saturating_sub(self.settled_free()?))
     }
 
     fn trim_default_pool(&self) -> Result<(), DeviceError> {
@@ -344,24 +412,81 @@ impl CudaDevice {
         &self.gpu
     }
 
-    /// Squeezes the device so that the key plus `sets` measured working sets stay
-    /// free (see [`CudaDevice::squeeze_to`]) and records the result for the report.
+    /// Squeezes the device to `sets` working sets beside the key, and records the
+    /// result for the report. The free VRAM it leaves starts from the measure (see
+    /// [`MeasuredFootprint::sets_bytes`]) and is then proved by allocation: the pool
+    /// cannot map its last step when free memory is only just above it (seen on the
+    /// H200: a 32 MiB step failed with 33 MiB free), so the level is raised a page at a
+    /// time until the key, the `workers`' streams and the promised sets fit: ⌊sets⌋
+    /// full sets, or below one set the chunked fallback where the measure says it
+    /// fits, or else none (the key and streams alone).
     pub fn squeeze_for(
         &self,
+        pk: &Arc<ProvingKey>,
+        shape: &Shape,
         measured: MeasuredFootprint,
         sets: f64,
+        workers: usize,
     ) -> Result<SqueezeLevel, DeviceError> {
-        let asked_free = measured.key + (measured.working_set as f64 * sets) as u64;
-        let free_after = self.squeeze_to(Some(asked_free))?;
+        /// At most this much above the measure (a pool step is 32 MiB).
+        const MAX_RAISE: u64 = 16 << 20;
+        let whole = sets.max(0.0).floor() as usize;
+        let (footprint, count) = if whole > 0 {
+            (Footprint::Full, whole)
+        } else if measured.sets_bytes(sets) >= measured.chunked {
+            (Footprint::Chunked, 1)
+        } else {
+            (Footprint::Chunked, 0)
+        };
+        let asked_free = measured.key + measured.sets_bytes(sets);
+        let mut raised = 0;
+        let free_after = loop {
+            let free_after = self.squeeze_to(Some(asked_free + raised))?;
+            if self.holds(pk, workers, shape, footprint, count)? || raised >= MAX_RAISE {
+                break free_after;
+            }
+            raised += SQUEEZE_PAGE;
+        };
         let level = SqueezeLevel {
             measured,
             sets,
             asked_free,
+            raised,
             free_after,
+            chunked_fits: self.holds(pk, workers, shape, Footprint::Chunked, 1)?,
+            next_fits: self.holds(pk, workers, shape, Footprint::Full, whole + 1)?,
         };
         tracing::debug!(?level, "squeezed");
         *self.squeeze.lock() = Some(level);
         Ok(level)
+    }
+
+    /// Whether the key, `streams` streams and `count` sets of `footprint` fit at once
+    /// now: made, then all freed and the device settled (out of memory answers false).
+    /// The streams are the workers' own: each takes driver memory on the device.
+    fn holds(
+        &self,
+        pk: &Arc<ProvingKey>,
+        streams: usize,
+        shape: &Shape,
+        footprint: Footprint,
+        count: usize,
+    ) -> Result<bool, DeviceError> {
+        let held = self.load_key(pk).and_then(|key| {
+            let sets = (0..streams)
+                .map(|_| self.gpu.new_stream())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(DeviceError::from)
+                .and_then(|_streams| self.drops(shape, footprint, count));
+            key.free()?;
+            sets
+        });
+        self.settle()?;
+        match held {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_oom() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The last squeeze of this device, if any.
@@ -375,7 +500,7 @@ impl CudaDevice {
     /// memory fails even when `mem_info` says it fits. What stays free is `leave`
     /// rounded up to the 2 MiB page.
     pub fn squeeze_to(&self, leave: Option<u64>) -> Result<u64, DeviceError> {
-        const PAGE: u64 = 2 << 20;
+        const PAGE: u64 = SQUEEZE_PAGE;
         const PIECE: u64 = 4 << 30;
         let mut ballast = self.ballast.lock();
         for b in ballast.drain(..) {
@@ -842,5 +967,31 @@ impl Device for CudaDevice {
         ws: CudaWorkingSet,
     ) -> Result<(), DeviceError> {
         self.release(stream, ws, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MeasuredFootprint;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Whole counts give the measured drops; a fraction lies between two counts; past
+    /// three sets the last step repeats.
+    #[test]
+    fn sets_bytes_follows_the_measured_counts() {
+        let m = MeasuredFootprint {
+            key: 10 * MIB,
+            sets: [96 * MIB, 160 * MIB, 256 * MIB],
+            chunked: 32 * MIB,
+        };
+        assert_eq!(m.sets_bytes(0.0), 0);
+        assert_eq!(m.sets_bytes(0.5), 48 * MIB);
+        assert_eq!(m.sets_bytes(1.0), 96 * MIB);
+        assert_eq!(m.sets_bytes(1.5), 128 * MIB);
+        assert_eq!(m.sets_bytes(2.0), 160 * MIB);
+        assert_eq!(m.sets_bytes(3.0), 256 * MIB);
+        assert_eq!(m.sets_bytes(4.0), 352 * MIB);
+        assert_eq!(m.sets_bytes(-1.0), 0);
     }
 }
