@@ -269,34 +269,35 @@ __device__ __forceinline__ uint32_t bucket_of(const uint32_t* offsets, uint32_t 
 }
 
 // Threads per block of msm_accumulate_sorted (msm.cu launches it with MSM_BLOCK_POINT,
-// which must not exceed this): sizes the shared staging of accumulate_sorted.
+// which must not exceed this): sizes the shared staging of accumulate_sorted. g2.cu
+// instantiates accumulate_sorted with its own (smaller) block.
 constexpr uint32_t ACCUMULATE_THREADS = 128;
 
 // A thread's base prefetch area in shared memory: two slots (double buffering) of one
 // affine point as 16-byte chunks, chunk-major so a warp's accesses hit distinct banks.
-template <class F>
+template <class F, uint32_t THREADS = ACCUMULATE_THREADS>
 struct BaseStage {
     static constexpr uint32_t CHUNKS = sizeof(affine_t<F>) / 16;
-    uint4 chunk[2][CHUNKS][ACCUMULATE_THREADS];
+    uint4 chunk[2][CHUNKS][THREADS];
 };
 
 // Starts the asynchronous copy (cp.async) of *src into slot `slot` of this thread.
-template <class F>
-__device__ __forceinline__ void stage_base(BaseStage<F>& st, uint32_t slot, const affine_t<F>* src) {
+template <class F, uint32_t THREADS>
+__device__ __forceinline__ void stage_base(BaseStage<F, THREADS>& st, uint32_t slot, const affine_t<F>* src) {
     const uint4* from = reinterpret_cast<const uint4*>(src);
 #pragma unroll
-    for (uint32_t j = 0; j < BaseStage<F>::CHUNKS; j++)
+    for (uint32_t j = 0; j < BaseStage<F, THREADS>::CHUNKS; j++)
         __pipeline_memcpy_async(&st.chunk[slot][j][threadIdx.x], &from[j], 16);
     __pipeline_commit();
 }
 
 // The point in slot `slot` (its copy must have completed).
-template <class F>
-__device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F>& st, uint32_t slot) {
+template <class F, uint32_t THREADS>
+__device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F, THREADS>& st, uint32_t slot) {
     affine_t<F> p;
     uint4* to = reinterpret_cast<uint4*>(&p);
 #pragma unroll
-    for (uint32_t j = 0; j < BaseStage<F>::CHUNKS; j++) to[j] = st.chunk[slot][j][threadIdx.x];
+    for (uint32_t j = 0; j < BaseStage<F, THREADS>::CHUNKS; j++) to[j] = st.chunk[slot][j][threadIdx.x];
     return p;
 }
 
@@ -314,12 +315,12 @@ __device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F>& st, uint3
 // shared memory (cp.async, so it holds no registers: the addition already needs about
 // 160) and the entry q + 2 is loading. Reads past the slice's end re-read entry b - 1
 // (in bounds, unused), so they need no branch.
-template <class F>
+template <class F, uint32_t THREADS = ACCUMULATE_THREADS>
 __device__ __forceinline__ void accumulate_sorted(xyzz_t<F>* __restrict__ buckets, uint32_t* __restrict__ head_keys,
                                                   xyzz_t<F>* __restrict__ head_pts, const uint32_t* __restrict__ sorted,
                                                   const uint32_t* __restrict__ offsets,
                                                   const affine_t<F>* __restrict__ bases, uint32_t K, uint32_t S) {
-    __shared__ BaseStage<F> stage;
+    __shared__ BaseStage<F, THREADS> stage;  // blockDim.x <= THREADS
     const uint32_t s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= S) return;
     const uint32_t total = offsets[K];

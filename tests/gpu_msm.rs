@@ -918,3 +918,117 @@ fn gpu_g2_batch_add_errors_are_values() {
     freed.into_iter().collect::<Result<(), _>>().expect("free");
     gpu().sync(&s, "g2 errors free").expect("sync");
 }
+
+/// B_G1's split MSM and B_G2 beside it (`G2Scratch::enqueue_with_g1`): the ones by
+/// batch addition, the others by the G2 point stages on B_G1's sorted digits. Against
+/// arkworks on both curves, over mixes of 0/1/other scalars and G2 bases with the
+/// bucket cases: infinity, P and −P under one digit (a bucket sums to infinity), a base
+/// twice under one digit (the doubling path), r − 1 and 2 as scalars, and no others.
+#[test]
+fn gpu_g2_beside_b_g1_matches_arkworks() {
+    let s = stream();
+    let kind = AllocKind::StreamOrdered;
+    let max = (1 << 16) + 3;
+    let g1 = bases(max, 50);
+    let mut g2 = g2_bases(max, 51);
+    g2[3] = G2Affine::identity();
+    g2[10] = (-g2[9].into_group()).into_affine();
+    g2[12] = g2[11];
+    let (dev1, dev2) = (upload(&s, &g1), g2_upload(&s, &g2));
+    let mut ws = MsmWorkspace::new(gpu(), &s, max, kind).expect("workspace");
+    let mut scratch = G2Scratch::alloc_beside(gpu(), &s, max, &ws, kind).expect("g2 scratch");
+    let mut out = MsmResults::alloc(gpu(), &s, 1, kind).expect("results");
+    let mut r = rng(52);
+    let minus_one = -Fr::one();
+    let mut cases: Vec<(String, Vec<Fr>)> = Vec::new();
+    for n in [0usize, 1, 2, 33, 1000, (1 << 12) + 1, max] {
+        // Mostly 0 and 1, as boolean circuits give, and the bucket cases at 3..=12.
+        let mut k: Vec<Fr> = (0..n)
+            .map(|_| match r.gen_range(0..10) {
+                0..=3 => Fr::zero(),
+                4..=7 => Fr::one(),
+                _ => Fr::rand(&mut r),
+            })
+            .collect();
+        let same = Fr::rand(&mut r);
+        for (i, v) in [
+            (3, same),
+            (9, same),
+            (10, same),
+            (11, minus_one),
+            (12, minus_one),
+        ] {
+            if i < n {
+                k[i] = v;
+            }
+        }
+        if n > 13 {
+            k[13] = Fr::from(2u64);
+        }
+        cases.push((format!("mixed {n}"), k));
+    }
+    cases.push((
+        "zeros and ones".into(),
+        (0..777).map(|i| Fr::from((i % 2) as u64)).collect(),
+    ));
+    cases.push(("all r - 1".into(), vec![minus_one; 4097]));
+    cases.push(("all equal".into(), vec![Fr::rand(&mut r); 4097]));
+    for (what, k) in &cases {
+        let n = k.len();
+        let want1 = G1Projective::msm(&g1[..n], k).expect("g1 reference");
+        let want2 = G2Projective::msm(&g2[..n], k).expect("g2 reference");
+        let split = SplitScalars::from_classes(&ScalarClasses::classify(k), k).expect("split");
+        for run in 0..2 {
+            ws.poison(gpu(), &s).expect("poison");
+            out.poison(gpu(), &s).expect("poison");
+            scratch.poison(gpu(), &s).expect("poison");
+            let (ws_, out_) = (&mut ws, &mut out);
+            scratch
+                .enqueue_with_g1(gpu(), &s, ws_, dev1.view(), &dev2, &split, out_, 0)
+                .expect("enqueue");
+            gpu().sync(&s, "beside").expect("sync");
+            let got1 = read_points(gpu(), &s, &out).expect("read g1")[0];
+            let ones = scratch.read_sum(gpu(), &s).expect("read ones");
+            let others = scratch.read_others(gpu(), &s).expect("read others");
+            assert_eq!(got1, want1, "{what}: B_G1, run {run}");
+            assert_eq!(
+                others.map(|o| ones + o),
+                Some(want2),
+                "{what}: B_G2, run {run}"
+            );
+        }
+    }
+    // Misuse is a typed error: fewer G2 bases than scalars, a scratch for another
+    // workspace, and the others read before any enqueue.
+    let k = random_scalars(100, 53);
+    let split = SplitScalars::from_classes(&ScalarClasses::classify(&k), &k).expect("split");
+    let few = g2_upload(&s, &g2[..50]);
+    let err = scratch.enqueue_with_g1(gpu(), &s, &mut ws, dev1.view(), &few, &split, &mut out, 0);
+    assert!(matches!(err, Err(CudaError::InvalidInput(_))), "{err:?}");
+    let mut other_ws = MsmWorkspace::new(gpu(), &s, 1 << 10, kind).expect("workspace");
+    let err = scratch.enqueue_with_g1(
+        gpu(),
+        &s,
+        &mut other_ws,
+        dev1.view(),
+        &dev2,
+        &split,
+        &mut out,
+        0,
+    );
+    assert!(matches!(err, Err(CudaError::InvalidInput(_))), "{err:?}");
+    scratch.poison(gpu(), &s).expect("poison");
+    assert!(scratch.read_others(gpu(), &s).is_err());
+    for r in [
+        ws.free(),
+        other_ws.free(),
+        scratch.free(),
+        out.free(),
+        dev1.free(),
+    ] {
+        r.expect("free");
+    }
+    for r in [dev2.free(), few.free()] {
+        r.expect("free");
+    }
+}

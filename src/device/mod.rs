@@ -145,13 +145,24 @@ pub struct PartitionInputs {
     pub classes: Arc<ScalarClasses>,
 }
 
-/// The four G1 MSM results the device returns, plus the B_G2 batch addition where the
-/// device runs it.
+/// What the device computed of B_G2 = Σ_i b_i·b_g2_query[1 + i], alongside B_G1 (same
+/// scalars); the CPU finish computes the rest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceBG2 {
+    /// Nothing: the CPU runs B_G2's whole split MSM.
+    #[default]
+    None,
+    /// The sum over the scalars equal to one (a batch addition on B_G1's ones); the CPU
+    /// adds the others' MSM.
+    Ones(ark_bls12_381::G2Projective),
+    /// All of B_G2: the ones, plus the others' Pippenger on B_G1's sorted digits.
+    Whole(ark_bls12_381::G2Projective),
+}
+
+/// The four G1 MSM results the device returns, plus what it computed of B_G2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct G1Results {
-    /// Σ b_g2_query[1 + i] over the scalars equal to one, computed alongside B_G1 (same
-    /// scalars, same ones). `None`: the CPU finish sums the ones itself.
-    pub b_g2_ones: Option<ark_bls12_381::G2Projective>,
+    pub b_g2: DeviceBG2,
     pub h: G1,
     pub l: G1,
     pub a: G1,
@@ -236,7 +247,7 @@ pub trait Device: Send + Sync + 'static {
         ws: &mut Self::WorkingSet,
     ) -> Result<(), DeviceError>;
     /// One G1 MSM job (batch addition for ones, Pippenger for the rest). The B_G1 job
-    /// may also sum B_G2's ones (see [`G1Results::b_g2_ones`]).
+    /// may also compute B_G2, or its ones (see [`DeviceBG2`]).
     fn msm(
         &self,
         stream: &Self::Stream,

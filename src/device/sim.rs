@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use super::split::{msm_ones, msm_split};
 use super::vram::Vram;
 use super::{
-    AllocSite, AllocStrategy, Device, DeviceError, FaultPlan, Footprint, G1Results, MemInfo,
-    PartitionInputs, ScalarClasses, Shape, Stage, WorkerId,
+    AllocSite, AllocStrategy, Device, DeviceBG2, DeviceError, FaultPlan, Footprint, G1Results,
+    MemInfo, PartitionInputs, ScalarClasses, Shape, Stage, WorkerId,
 };
 use crate::audit::Audit;
 use crate::sync::{Arc, Mutex};
@@ -108,7 +108,7 @@ struct Data {
     classes: Arc<ScalarClasses>,
     aux_start: usize,
     results: [Option<G1>; 4],
-    b_g2_ones: Option<ark_bls12_381::G2Projective>,
+    b_g2: DeviceBG2,
 }
 
 /// A working set on a [`SimDevice`]: its accounted bytes and its modelled contents.
@@ -420,7 +420,7 @@ impl Device for SimDevice {
             classes: inputs.classes.clone(),
             aux_start: inputs.aux_start,
             results: [None; 4],
-            b_g2_ones: None,
+            b_g2: DeviceBG2::None,
         };
         ws.uploaded = true;
         Ok(())
@@ -476,9 +476,11 @@ impl Device for SimDevice {
             }
             Stage::MsmA => msm_split::<G1>(&skip_first(&pk.a_query), &d.scalars, &d.classes),
             _ => {
-                // As on the GPU: B_G2's ones are summed with B_G1 (same scalars).
+                // B_G2's ones beside B_G1 (same scalars), the CPU finish adding the
+                // others: the GPU computes all of it, so the simulated device keeps
+                // the finish's other path under test.
                 let b_g2 = pk.b_g2_query.get(1..).unwrap_or(&[]);
-                d.b_g2_ones = Some(msm_ones(b_g2, &d.scalars, &d.classes));
+                d.b_g2 = DeviceBG2::Ones(msm_ones(b_g2, &d.scalars, &d.classes));
                 msm_split::<G1>(&skip_first(&pk.b_g1_query), &d.scalars, &d.classes)
             }
         };
@@ -503,7 +505,7 @@ impl Device for SimDevice {
             })
         };
         Ok(G1Results {
-            b_g2_ones: ws.data.b_g2_ones,
+            b_g2: ws.data.b_g2,
             h: get(0)?,
             l: get(1)?,
             a: get(2)?,

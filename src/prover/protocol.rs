@@ -6,7 +6,7 @@ use super::flaws::{flawed, Flaw};
 use super::timeline::{timed, Phase};
 use super::{prep, LockMode, ProveError, Worker};
 use crate::audit::LockKind;
-use crate::device::{AllocSite, Device, Footprint, G1Results, PartitionInputs, Stage};
+use crate::device::{AllocSite, Device, DeviceBG2, Footprint, G1Results, PartitionInputs, Stage};
 use crate::reference::{self, MsmResults};
 use crate::Proof;
 
@@ -26,10 +26,13 @@ pub(super) fn prove_partition<D: Device>(w: &Worker<D>, i: usize) -> Result<Proo
         use crate::device::split::{msm_others, msm_split};
         type G2 = ark_bls12_381::G2Projective;
         let bases = batch.pk.b_g2_query.get(1..).unwrap_or(&[]);
-        match g1.b_g2_ones {
+        match g1.b_g2 {
+            DeviceBG2::Whole(b_g2) => b_g2,
             // The device summed the ones under compute; the others are left.
-            Some(ones) => ones + msm_others::<G2>(bases, &inputs.scalars, &inputs.classes),
-            None => msm_split::<G2>(bases, &inputs.scalars, &inputs.classes),
+            DeviceBG2::Ones(ones) => {
+                ones + msm_others::<G2>(bases, &inputs.scalars, &inputs.classes)
+            }
+            DeviceBG2::None => msm_split::<G2>(bases, &inputs.scalars, &inputs.classes),
         }
     });
     let (r, s) = batch.rs[i];

@@ -594,6 +594,14 @@ pub(crate) unsafe fn download<T>(
 /// arguments (named locals, so that the pointers the launch builder keeps outlive the
 /// launch).
 macro_rules! launch {
+    // `launch!(@module, gpu, …)`: a kernel of another module than the caller's MODULE.
+    (@$module:expr, $gpu:expr, $stream:expr, $kernel:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
+        let f = $gpu.function($module, $kernel)?;
+        let mut args = $stream.launch_builder(&f);
+        $( args.arg(&$arg); )*
+        // SAFETY: as below.
+        unsafe { $gpu.launch($kernel, &mut args, $cfg) }
+    }};
     ($gpu:expr, $stream:expr, $kernel:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
         let f = $gpu.function(MODULE, $kernel)?;
         let mut args = $stream.launch_builder(&f);

@@ -1,6 +1,7 @@
 //! `CudaDevice`: the [`Device`] trait on a real GPU. The witness map, the four G1 MSMs
-//! and B_G2's batch addition (its ones, read from B_G1's bitmap) run as kernels; B_G2's
-//! other scalars and the assembly stay on the CPU (the pipeline's finish).
+//! and B_G2 (beside B_G1, on the same scalars: its ones by batch addition, its others
+//! by Pippenger on B_G1's sorted digits) run as kernels; the assembly stays on the CPU
+//! (the pipeline's finish).
 //!
 //! Each worker owns one CUDA stream. Its pre-stage upload and its kernels are ordered
 //! on that stream, so an upload made under mem overlaps the compute holder's kernels on
@@ -25,8 +26,8 @@ use super::msm::{
 use super::witness_map::witness_map;
 use crate::audit::Audit;
 use crate::device::{
-    AllocSite, AllocStrategy, Device, DeviceError, FaultPlan, Footprint, G1Results, MemInfo,
-    PartitionInputs, Shape, Stage, WorkerId,
+    AllocSite, AllocStrategy, Device, DeviceBG2, DeviceError, FaultPlan, Footprint, G1Results,
+    MemInfo, PartitionInputs, Shape, Stage, WorkerId,
 };
 use crate::sync::{Arc, Mutex};
 use crate::ProvingKey;
@@ -78,7 +79,8 @@ struct Buffers {
     c: DeviceBuffer<DevFr>,
     msm: MsmWorkspace,
     out: MsmResults,
-    /// B_G2's batch addition (run with B_G1, on the same bitmap of ones).
+    /// B_G2 beside B_G1: its ones' batch addition on B_G1's bitmap, and its others'
+    /// point stages on B_G1's sorted digits.
     g2: G2Scratch,
 }
 
@@ -111,7 +113,7 @@ impl Buffers {
         let msm = MsmWorkspace::with_windows_per_pass(gpu, s, max, windows_per_pass(fp), kind)
             .map_err(partial)?;
         let out = MsmResults::alloc(gpu, s, RESULTS, kind).map_err(partial)?;
-        let g2 = G2Scratch::alloc(gpu, s, shape.num_scalars, kind).map_err(partial)?;
+        let g2 = G2Scratch::alloc_beside(gpu, s, shape.num_scalars, &msm, kind).map_err(partial)?;
         Ok(Buffers {
             a,
             b,
@@ -707,7 +709,7 @@ impl Device for CudaDevice {
         3 * n * FR_BYTES
             + MsmWorkspace::bytes_needed_with(max, windows_per_pass(footprint))
             + MsmResults::bytes_needed(RESULTS)
-            + G2Scratch::bytes_needed(shape.num_scalars)
+            + G2Scratch::bytes_needed_beside(shape.num_scalars, max, windows_per_pass(footprint))
     }
 
     fn reserve_arena(&self, _slot_bytes: u64, _slots: usize) -> Result<usize, DeviceError> {
@@ -879,17 +881,14 @@ impl Device for CudaDevice {
                     (&key.b_g1, 3)
                 };
                 let view = bases.slice(1..bases.len().max(1)).map_err(&e)?;
-                msm::msm_split_enqueue(g, s, &mut b.msm, view, all, &mut b.out, slot)
-                    .map_err(&e)?;
                 if job == Stage::MsmBG1 {
-                    // SAFETY: the split just uploaded the ones' bitmap (⌈len/32⌉ words)
-                    // into the workspace, which nothing rewrites before the next split,
-                    // ordered after this kernel on the same stream.
-                    unsafe {
-                        b.g2.enqueue(g, s, &key.b_g2, b.msm.ones_bitmap(), all.len())
-                    }
-                    .map_err(&e)?;
+                    // B_G2 on the same scalars, beside B_G1 (G2Scratch::enqueue_with_g1).
+                    let (ws, out) = (&mut b.msm, &mut b.out);
+                    b.g2.enqueue_with_g1(g, s, ws, view, &key.b_g2, all, out, slot)
+                } else {
+                    msm::msm_split_enqueue(g, s, &mut b.msm, view, all, &mut b.out, slot)
                 }
+                .map_err(&e)?;
                 slot
             }
             other => {
@@ -923,9 +922,14 @@ impl Device for CudaDevice {
             )));
         }
         let p: Vec<G1Projective> = msm::read_points(&self.gpu, &stream.stream, &ws.bufs.out)?;
-        let b_g2_ones = ws.bufs.g2.read_sum(&self.gpu, &stream.stream)?;
+        let (g2, s) = (&ws.bufs.g2, &stream.stream);
+        let ones = g2.read_sum(&self.gpu, s)?;
+        let b_g2 = match g2.read_others(&self.gpu, s)? {
+            Some(others) => DeviceBG2::Whole(ones + others),
+            None => DeviceBG2::Ones(ones),
+        };
         Ok(G1Results {
-            b_g2_ones: Some(b_g2_ones),
+            b_g2,
             h: p[0],
             l: p[1],
             a: p[2],

@@ -1,8 +1,10 @@
-//! G2 batch addition on the device: Σ P_i over a bitmap of BLS12-381 G2 bases, for the
-//! B query's scalars equal to one (B_G2's ones; the rest of B_G2 stays a CPU MSM).
+//! B_G2 on the device: Σ b_i·P_i over BLS12-381 G2 bases, computed beside B_G1 (same
+//! scalars). Its ones are a batch addition over B_G1's bitmap; its others a Pippenger
+//! that reuses B_G1's digits and sorted entries and runs only the point stages again,
+//! over G2 ([`G2Scratch::enqueue_with_g1`]).
 //!
-//! The kernels are msm.cuh's `batch_add_bitmap` and `sum_chunks` over `fp2_t`
-//! (`cuda/g2.cu`, the field in `cuda/fp2.cuh`). [`G2Scratch::enqueue`] gives each of up to
+//! The kernels are msm.cuh's over `fp2_t` (`cuda/g2.cu`, the field in `cuda/fp2.cuh`).
+//! [`G2Scratch::enqueue`] gives each of up to
 //! as many threads as the GPU holds resident a run of bitmap words and a partial sum, then
 //! folds the partials [`FOLD`] at a time on the device until at most [`CPU_PARTIALS`]
 //! remain; [`G2Scratch::read_sum`] downloads those, checks each, and sums them on the
@@ -23,7 +25,8 @@ use cudarc::driver::{CudaStream, PushKernelArg};
 use super::context::{download, grid_1d, invalid, launch, u32_of, upload};
 use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 use super::layout::{g2_affines_to_dev, g2_xyzz_to_projective, DevFq, DevG2Affine, DevG2Xyzz};
-use super::msm::Bitmap;
+use super::msm::{self, BasesView, Beside, Bitmap, Curve, MsmResults, MsmWorkspace, PointScratch};
+use super::msm::{SplitScalars, WindowPlan, MAX_WINDOWS};
 
 type Stream = Arc<CudaStream>;
 
@@ -33,6 +36,9 @@ pub const MODULE: &str = "g2";
 pub mod kernel {
     pub const BATCH_ADD_BITMAP: &str = "g2_batch_add_bitmap";
     pub const SUM_CHUNKS: &str = "g2_sum_chunks";
+    pub const ACCUMULATE_SORTED: &str = "g2_accumulate_sorted";
+    pub const ACCUMULATE_HEADS: &str = "g2_accumulate_heads";
+    pub const REDUCE_BUCKETS: &str = "g2_reduce_buckets";
 }
 
 /// Block size of g2.cu (`G2_BLOCK`).
@@ -48,6 +54,17 @@ pub const CPU_PARTIALS: usize = 64;
 /// Bit positions are u32 on the device.
 pub const MAX_LEN: usize = u32::MAX as usize;
 const XYZZ: u64 = std::mem::size_of::<DevG2Xyzz>() as u64;
+
+/// G2's Pippenger point stages (`cuda/g2.cu`).
+const G2_CURVE: Curve = Curve {
+    module: MODULE,
+    accumulate_sorted: kernel::ACCUMULATE_SORTED,
+    accumulate_heads: kernel::ACCUMULATE_HEADS,
+    reduce_buckets: kernel::REDUCE_BUCKETS,
+    sum_chunks: kernel::SUM_CHUNKS,
+    block: BLOCK,
+    xyzz: XYZZ,
+};
 
 /// Affine G2 bases resident on one device (`b_g2_query[1..]` in the pipeline;
 /// `g2_affine_t`, infinity as all zero).
@@ -113,6 +130,30 @@ pub struct G2Scratch {
     /// Where the last enqueued batch addition leaves its partials: (address, count).
     /// `None` before the first enqueue and after a failed one.
     result: Option<(CUdeviceptr, usize)>,
+    /// Room for the others' Pippenger beside a G1 one (scratches made with
+    /// [`G2Scratch::alloc_beside`]).
+    others: Option<Others>,
+}
+
+/// The others' point regions (as many points as the G1 workspace's) and their window
+/// sums, and what the last enqueue left there.
+#[derive(Debug)]
+struct Others {
+    /// The regions of `counts`, then [`MAX_WINDOWS`] window sums.
+    points: DeviceBuffer<DevG2Xyzz>,
+    counts: [usize; 5],
+    /// After [`G2Scratch::enqueue_with_g1`]: the others' window plan (`Some(None)`:
+    /// there were no others). `None` before, after a poison and after a failure.
+    ran: Option<Option<WindowPlan>>,
+}
+
+impl Others {
+    fn points_for(counts: [usize; 5]) -> usize {
+        counts.iter().sum::<usize>() + MAX_WINDOWS
+    }
+    fn windows(&self) -> CUdeviceptr {
+        self.points.raw() + (self.points.len() - MAX_WINDOWS) as u64 * XYZZ
+    }
 }
 
 impl G2Scratch {
@@ -144,10 +185,45 @@ impl G2Scratch {
             parts,
             points,
             result: None,
+            others: None,
         })
     }
+    /// Device bytes of [`G2Scratch::alloc_beside`] for `max_n` bases beside a G1
+    /// workspace that [`MsmWorkspace::bytes_needed_with`]`(ws_len, windows_per_pass)`
+    /// sizes (an upper bound, as both are).
+    pub fn bytes_needed_beside(max_n: usize, ws_len: usize, windows_per_pass: Option<u32>) -> u64 {
+        let counts = MsmWorkspace::point_counts_needed(ws_len, windows_per_pass);
+        Self::bytes_needed(max_n) + Others::points_for(counts) as u64 * XYZZ
+    }
+    /// A scratch that also holds B_G2's others beside the G1 workspace `ws`: the same
+    /// point regions in G2 points, and the window sums.
+    pub fn alloc_beside(
+        gpu: &Gpu,
+        stream: &Stream,
+        max_n: usize,
+        ws: &MsmWorkspace,
+        kind: AllocKind,
+    ) -> Result<Self, CudaError> {
+        let mut scratch = Self::alloc(gpu, stream, max_n, kind)?;
+        let counts = ws.point_counts();
+        match gpu.alloc::<DevG2Xyzz>(stream, Others::points_for(counts), kind) {
+            Ok(points) => {
+                scratch.others = Some(Others {
+                    points,
+                    counts,
+                    ran: None,
+                });
+                Ok(scratch)
+            }
+            Err(e) => {
+                scratch.free()?;
+                Err(e)
+            }
+        }
+    }
     pub fn bytes(&self) -> u64 {
-        self.points.len() as u64 * XYZZ
+        let others = self.others.as_ref().map_or(0, |o| o.points.len());
+        (self.points.len() + others) as u64 * XYZZ
     }
     pub fn max_len(&self) -> usize {
         self.max_n
@@ -155,11 +231,96 @@ impl G2Scratch {
     /// Fills the scratch with 0xA5 bytes (tests: nothing may read what no kernel wrote;
     /// a [`G2Scratch::read_sum`] of poison is an error).
     pub fn poison(&mut self, gpu: &Gpu, stream: &Stream) -> Result<(), CudaError> {
+        if let Some(o) = &mut self.others {
+            o.ran = None;
+            gpu.poison(stream, &mut o.points)?;
+        }
         gpu.poison(stream, &mut self.points)
     }
     /// Frees now (see [`DeviceBuffer::free`]).
     pub fn free(self) -> Result<(), CudaError> {
-        self.points.free()
+        let others = self.others.map_or(Ok(()), |o| o.points.free());
+        self.points.free().and(others)
+    }
+
+    /// Enqueues B_G1's split MSM of `split` into `out[index]` and, beside it, B_G2 on
+    /// the same scalars: its ones (batch addition on B_G1's bitmap) and, in a scratch
+    /// made with [`G2Scratch::alloc_beside`] for `ws`, its others (Pippenger on B_G1's
+    /// sorted entries). Read them with [`G2Scratch::read_sum`] and
+    /// [`G2Scratch::read_others`]. Fewer G2 bases than scalars is an error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_with_g1(
+        &mut self,
+        gpu: &Gpu,
+        stream: &Stream,
+        ws: &mut MsmWorkspace,
+        g1_bases: BasesView<'_>,
+        g2_bases: &DeviceG2Bases,
+        split: &SplitScalars,
+        out: &mut MsmResults,
+        index: usize,
+    ) -> Result<(), CudaError> {
+        if split.len() > g2_bases.len() {
+            return Err(invalid(format!(
+                "B_G2 of {} scalars: {} G2 bases",
+                split.len(),
+                g2_bases.len()
+            )));
+        }
+        let beside = match &mut self.others {
+            Some(o) if o.counts == ws.point_counts() => {
+                o.ran = None;
+                Some(Beside {
+                    curve: G2_CURVE,
+                    bases: g2_bases.buf.raw(),
+                    pts: PointScratch::carve(o.points.raw(), o.counts, XYZZ),
+                    windows: o.windows(),
+                })
+            }
+            Some(_) => return Err(invalid("G2 scratch sized for another MSM workspace")),
+            None => None,
+        };
+        // SAFETY: `beside`'s regions hold the workspace's point counts (checked above)
+        // and MAX_WINDOWS window sums; its bases ≥ split.len points; both live in
+        // `self` and the key, which the caller keeps until the stream has run.
+        let plan = unsafe {
+            msm::msm_split_beside_enqueue(gpu, stream, ws, g1_bases, split, out, index, beside)
+        }?;
+        // SAFETY: the split just uploaded the ones' bitmap (⌈len/32⌉ words) into the
+        // workspace, which nothing rewrites before the next split, ordered after this
+        // kernel on the same stream.
+        unsafe { self.enqueue(gpu, stream, g2_bases, ws.ones_bitmap(), split.len()) }?;
+        if let Some(o) = &mut self.others {
+            o.ran = Some(plan);
+        }
+        Ok(())
+    }
+
+    /// After [`G2Scratch::enqueue_with_g1`] in a scratch with room for them: the others'
+    /// sum (window sums downloaded, checked to be points, combined on the host), which
+    /// must lie in G2. `None` when the scratch has no such room.
+    pub fn read_others(
+        &self,
+        gpu: &Gpu,
+        stream: &Stream,
+    ) -> Result<Option<G2Projective>, CudaError> {
+        let Some(o) = &self.others else {
+            return Ok(None);
+        };
+        let Some(plan) = o.ran else {
+            return Err(invalid("G2 read_others before the others were enqueued"));
+        };
+        let Some(plan) = plan else {
+            return Ok(Some(G2Projective::zero()));
+        };
+        let mut host = vec![DevG2Xyzz::default(); plan.windows as usize];
+        // SAFETY: the windows region holds MAX_WINDOWS ≥ plan.windows points.
+        unsafe { download(gpu, stream, o.windows(), &mut host) }?;
+        let sums = (host.iter().enumerate())
+            .map(|(i, d)| to_point(d, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sum = msm::combine_windows(&sums, plan.c);
+        in_g2(sum, "B_G2's others").map(Some)
     }
 
     /// Enqueues Σ bases[i] over the set bits i < n of the device bitmap at `bitmap`
@@ -233,13 +394,17 @@ impl G2Scratch {
             .enumerate()
             .map(|(i, d)| to_point(d, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let sum: G2Projective = parts.iter().sum();
-        let a = sum.into_affine();
-        let in_g2 = a.is_on_curve() && a.is_in_correct_subgroup_assuming_on_curve();
-        if !(sum.is_zero() || in_g2) {
-            return Err(invalid(format!("device G2 batch sum is not in G2: {a:?}")));
-        }
+        in_g2(parts.iter().sum(), "the G2 batch sum")
+    }
+}
+
+/// `sum` if it is zero or a point of G2 (on the curve, in the subgroup).
+fn in_g2(sum: G2Projective, what: &str) -> Result<G2Projective, CudaError> {
+    let a = sum.into_affine();
+    if sum.is_zero() || (a.is_on_curve() && a.is_in_correct_subgroup_assuming_on_curve()) {
         Ok(sum)
+    } else {
+        Err(invalid(format!("device {what} is not in G2: {a:?}")))
     }
 }
 

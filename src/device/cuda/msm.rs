@@ -380,7 +380,7 @@ impl SplitScalars {
 
 /// Element counts of a workspace's scratch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sizes {
+pub(crate) struct Sizes {
     max_n: usize,
     /// Digits and sorted entries: windows per pass × max_n.
     entries: usize,
@@ -404,10 +404,66 @@ struct Scratch {
     offsets: CUdeviceptr,
     tile_sums: CUdeviceptr,
     head_keys: [CUdeviceptr; 2],
+    pts: PointScratch,
+    slices: usize,
+}
+
+/// The point regions of one Pippenger pass, in one curve's XYZZ points: the buckets,
+/// two head buffers and two partial-sum buffers (see [`Sizes::points`]). A second
+/// curve's run beside a G1 one ([`Beside`]) has its own, of the same counts.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PointScratch {
     buckets: CUdeviceptr,
     head_pts: [CUdeviceptr; 2],
     partials: [CUdeviceptr; 2],
-    slices: usize,
+}
+
+impl PointScratch {
+    /// Carves the regions of `counts` ([`Sizes::points`]) from `base`, `xyzz` bytes a point.
+    pub(crate) fn carve(base: CUdeviceptr, counts: [usize; 5], xyzz: u64) -> PointScratch {
+        let at = |i: usize| base + counts[..i].iter().sum::<usize>() as u64 * xyzz;
+        PointScratch {
+            buckets: at(0),
+            head_pts: [at(1), at(2)],
+            partials: [at(3), at(4)],
+        }
+    }
+}
+
+/// The kernels of the point stages (c)–(d) for one curve, and its XYZZ size: msm.cu's
+/// for G1, g2.cu's for G2. Stages (a)–(b) are scalar work and run once per MSM.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Curve {
+    pub module: &'static str,
+    pub accumulate_sorted: &'static str,
+    pub accumulate_heads: &'static str,
+    pub reduce_buckets: &'static str,
+    pub sum_chunks: &'static str,
+    /// Threads per block of those kernels (their `__launch_bounds__`).
+    pub block: u32,
+    pub xyzz: u64,
+}
+
+/// G1's point stages (`cuda/msm.cu`).
+const G1_CURVE: Curve = Curve {
+    module: MODULE,
+    accumulate_sorted: kernel::ACCUMULATE_SORTED,
+    accumulate_heads: kernel::ACCUMULATE_HEADS,
+    reduce_buckets: kernel::REDUCE_BUCKETS,
+    sum_chunks: kernel::SUM_CHUNKS,
+    block: POINT_BLOCK,
+    xyzz: XYZZ,
+};
+
+/// A second curve's MSM over the same scalars, run beside a G1 Pippenger on its sorted
+/// entries (B_G2 beside B_G1): only the point stages run again, with `bases` read
+/// through the same base indices; its window sums go to `windows`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Beside {
+    pub curve: Curve,
+    pub bases: CUdeviceptr,
+    pub pts: PointScratch,
+    pub windows: CUdeviceptr,
 }
 
 impl Sizes {
@@ -445,7 +501,7 @@ impl Sizes {
         ]
     }
     /// Point regions: buckets, head points ×2, partials ×2.
-    fn points(&self) -> [usize; 5] {
+    pub(crate) fn points(&self) -> [usize; 5] {
         let (k, s, p) = (self.keys, self.slices, self.partials);
         [k, s, s, p[0], p[1]]
     }
@@ -458,9 +514,8 @@ impl Sizes {
         let at = |base: CUdeviceptr, lens: &[usize], i: usize, size: u64| {
             base + lens[..i].iter().sum::<usize>() as u64 * size
         };
-        let (w, p) = (self.words(), self.points());
+        let w = self.words();
         let word = |i| at(words, &w, i, 4);
-        let point = |i| at(points, &p, i, XYZZ);
         Scratch {
             scalars,
             index: word(0),
@@ -471,9 +526,7 @@ impl Sizes {
             offsets: word(5),
             tile_sums: word(6),
             head_keys: [word(7), word(8)],
-            buckets: point(0),
-            head_pts: [point(1), point(2)],
-            partials: [point(3), point(4)],
+            pts: PointScratch::carve(points, self.points(), XYZZ),
             slices: self.slices,
         }
     }
@@ -582,6 +635,15 @@ impl MsmWorkspace {
     }
     pub fn bytes(&self) -> u64 {
         self.sizes.bytes()
+    }
+    /// The point counts of this workspace's regions (a [`Beside`] run needs as many).
+    pub(crate) fn point_counts(&self) -> [usize; 5] {
+        self.sizes.points()
+    }
+    /// [`MsmWorkspace::point_counts`] of a workspace [`MsmWorkspace::bytes_needed_with`]
+    /// sizes (an upper bound, as there).
+    pub(crate) fn point_counts_needed(len: usize, windows_per_pass: Option<u32>) -> [usize; 5] {
+        Sizes::new(WindowPlan::for_len(len), len, windows_per_pass, MAX_SLICES).points()
     }
     /// The device bitmap of the last batch addition enqueued on this workspace (⌈n/32⌉
     /// words): valid, in stream order, until the next batch addition on it. B_G2's
@@ -730,35 +792,43 @@ unsafe fn enqueue_sort(
 
 /// (c) Bucket sums over `slices` (≤ sc.slices) slices of the sorted entries, then the
 /// heads folded `fold` at a time, level by level.
+/// The sorted entries, offsets and head keys come from `sc`; the points go to `pts`, in
+/// `curve`'s points (a second curve rewrites the head keys with the same values).
+#[allow(clippy::too_many_arguments)]
 unsafe fn enqueue_accumulate(
     gpu: &Gpu,
     s: &Stream,
+    curve: &Curve,
     sc: &Scratch,
+    pts: &PointScratch,
     bases: CUdeviceptr,
     keys: usize,
     slices: usize,
     fold: u32,
 ) -> Result<(), CudaError> {
-    let (k32, s32) = (u32_of(keys)?, u32_of(slices)?);
+    let (k32, s32, block) = (u32_of(keys)?, u32_of(slices)?, curve.block);
     let Scratch {
-        buckets,
         sorted,
         offsets,
         head_keys: hk,
-        head_pts: hp,
         ..
     } = *sc;
+    let PointScratch {
+        buckets,
+        head_pts: hp,
+        ..
+    } = *pts;
     let (hk0, hp0) = (hk[0], hp[0]);
     // msm_accumulate_sorted(xyzz* buckets, u32* head_keys, xyzz* head_pts, const u32* sorted,
     //                       const u32* offsets, const affine* bases, u32 K, u32 S)
-    launch!(gpu, s, kernel::ACCUMULATE_SORTED, grid_1d(slices, POINT_BLOCK)?; buckets, hk0, hp0, sorted, offsets, bases, k32, s32)?;
+    launch!(@curve.module, gpu, s, curve.accumulate_sorted, grid_1d(slices, block)?; buckets, hk0, hp0, sorted, offsets, bases, k32, s32)?;
     let (mut count, mut i) = (slices, 0);
     while count > 1 {
         let out_count = count.div_ceil(fold as usize);
         let (ok, op, ik, ip, c32) = (hk[1 - i], hp[1 - i], hk[i], hp[i], u32_of(count)?);
         // msm_accumulate_heads(xyzz* buckets, u32* out_keys, xyzz* out_pts, const u32* in_keys,
         //                      const xyzz* in_pts, u32 count, u32 T)
-        launch!(gpu, s, kernel::ACCUMULATE_HEADS, grid_1d(out_count, POINT_BLOCK)?; buckets, ok, op, ik, ip, c32, fold)?;
+        launch!(@curve.module, gpu, s, curve.accumulate_heads, grid_1d(out_count, block)?; buckets, ok, op, ik, ip, c32, fold)?;
         (count, i) = (out_count, 1 - i);
     }
     Ok(())
@@ -772,27 +842,22 @@ fn reduction_span(plan: WindowPlan, wc: u32, slices: usize) -> u32 {
 
 /// (d) Window sums of wc windows into out[0..wc]: running sums per group of `span`
 /// buckets into partials[0], then folded.
+#[allow(clippy::too_many_arguments)]
 unsafe fn enqueue_reduce(
     gpu: &Gpu,
     s: &Stream,
+    curve: &Curve,
     sc: &Scratch,
+    pts: &PointScratch,
     out: CUdeviceptr,
-    c: u32,
-    wc: u32,
-    span: u32,
+    (c, wc, span): (u32, u32, u32),
 ) -> Result<(), CudaError> {
     let groups = (1usize << (c - 1)) / span as usize;
-    let Scratch {
-        buckets,
-        offsets,
-        partials,
-        ..
-    } = *sc;
-    let p0 = partials[0];
+    let (offsets, buckets, p0) = (sc.offsets, pts.buckets, pts.partials[0]);
     // msm_reduce_buckets(xyzz* out, const xyzz* buckets, const u32* offsets, u32 c, u32 w_count, u32 L)
-    launch!(gpu, s, kernel::REDUCE_BUCKETS, grid_1d(wc as usize * groups, POINT_BLOCK)?; p0, buckets, offsets, c, wc, span)?;
+    launch!(@curve.module, gpu, s, curve.reduce_buckets, grid_1d(wc as usize * groups, curve.block)?; p0, buckets, offsets, c, wc, span)?;
     // SAFETY: forwarded.
-    unsafe { enqueue_fold(gpu, s, sc, out, groups, wc) }
+    unsafe { enqueue_fold(gpu, s, curve, pts, out, groups, wc) }
 }
 
 /// out[g] = Σ partials[0][g·len .. (g+1)·len) for `groups` groups, FOLD points per
@@ -800,7 +865,8 @@ unsafe fn enqueue_reduce(
 unsafe fn enqueue_fold(
     gpu: &Gpu,
     s: &Stream,
-    sc: &Scratch,
+    curve: &Curve,
+    pts: &PointScratch,
     out: CUdeviceptr,
     mut len: usize,
     groups: u32,
@@ -808,14 +874,14 @@ unsafe fn enqueue_fold(
     let mut i = 0;
     loop {
         let out_len = len.div_ceil(FOLD as usize);
-        let (src, l32) = (sc.partials[i], u32_of(len)?);
+        let (src, l32) = (pts.partials[i], u32_of(len)?);
         let dst = if out_len == 1 {
             out
         } else {
-            sc.partials[1 - i]
+            pts.partials[1 - i]
         };
         // msm_sum_chunks(xyzz* out, const xyzz* in, u32 len, u32 chunk); grid.y = group
-        launch!(gpu, s, kernel::SUM_CHUNKS, cfg_2d(out_len, groups, POINT_BLOCK)?; dst, src, l32, FOLD)?;
+        launch!(@curve.module, gpu, s, curve.sum_chunks, cfg_2d(out_len, groups, curve.block)?; dst, src, l32, FOLD)?;
         if out_len == 1 {
             return Ok(());
         }
@@ -831,6 +897,8 @@ struct Run {
     base_index: CUdeviceptr,
     /// Where the window sums go (the plan's W points).
     windows: CUdeviceptr,
+    /// A second curve's MSM on the same scalars, window group by window group.
+    beside: Option<Beside>,
 }
 
 /// Stages (a)–(d): the window sums of `run` into `run.windows`. Returns the plan they
@@ -847,6 +915,7 @@ unsafe fn enqueue_pippenger(
         n,
         base_index,
         windows,
+        beside,
     } = run;
     if n == 0 {
         return Ok(None);
@@ -864,11 +933,19 @@ unsafe fn enqueue_pippenger(
             enqueue_sort(gpu, s, sc, base_index, n, plan.c, wc)?;
             mark(gpu, s, &mut clock, "sort")?;
             let keys = wc as usize * plan.buckets();
-            enqueue_accumulate(gpu, s, sc, bases, keys, slices, FOLD)?;
+            enqueue_accumulate(gpu, s, &G1_CURVE, sc, &sc.pts, bases, keys, slices, FOLD)?;
             mark(gpu, s, &mut clock, "accumulate")?;
             let at = windows + u64::from(w0) * XYZZ;
-            enqueue_reduce(gpu, s, sc, at, plan.c, wc, span)?;
+            enqueue_reduce(gpu, s, &G1_CURVE, sc, &sc.pts, at, (plan.c, wc, span))?;
             mark(gpu, s, &mut clock, "reduce")?;
+            if let Some(b) = &beside {
+                // The same sorted entries over the second curve's bases; the caller
+                // sized its points like the workspace's (`point_counts`).
+                enqueue_accumulate(gpu, s, &b.curve, sc, &b.pts, b.bases, keys, slices, FOLD)?;
+                let at = b.windows + u64::from(w0) * b.curve.xyzz;
+                enqueue_reduce(gpu, s, &b.curve, sc, &b.pts, at, (plan.c, wc, span))?;
+                mark(gpu, s, &mut clock, "beside")?;
+            }
         }
     }
     Ok(Some(plan))
@@ -890,11 +967,11 @@ unsafe fn enqueue_batch_add(
     let words = n.div_ceil(32);
     let per = words.div_ceil(sc.slices);
     let parts = words.div_ceil(per);
-    let (p0, bitmap, n32, per32) = (sc.partials[0], sc.bitmap, u32_of(n)?, u32_of(per)?);
+    let (p0, bitmap, n32, per32) = (sc.pts.partials[0], sc.bitmap, u32_of(n)?, u32_of(per)?);
     // msm_batch_add_bitmap(xyzz* out, const affine* bases, const u32* bitmap, u32 n, u32 words)
     launch!(gpu, s, kernel::BATCH_ADD_BITMAP, grid_1d(parts, POINT_BLOCK)?; p0, bases, bitmap, n32, per32)?;
     // SAFETY: parts ≤ slices ≤ partials[0]; the first fold fits partials[1].
-    unsafe { enqueue_fold(gpu, s, sc, out, parts, 1) }
+    unsafe { enqueue_fold(gpu, s, &G1_CURVE, &sc.pts, out, parts, 1) }
 }
 
 // ---------------------------------------------------------------------------------
@@ -950,8 +1027,8 @@ impl MsmResults {
 }
 
 /// Stage (e) on the host: Σ_w 2^(cw)·sums[w], by Horner from the top window down.
-pub fn combine_windows(sums: &[G1Projective], c: u32) -> G1Projective {
-    sums.iter().rev().fold(G1Projective::zero(), |mut acc, w| {
+pub fn combine_windows<G: CurveGroup>(sums: &[G], c: u32) -> G {
+    sums.iter().rev().fold(G::zero(), |mut acc, w| {
         if !acc.is_zero() {
             for _ in 0..c {
                 acc.double_in_place();
@@ -1011,6 +1088,7 @@ pub fn msm_enqueue(
         n,
         base_index: 0,
         windows: rec + XYZZ,
+        beside: None,
     };
     // SAFETY: the record holds RECORD points (the accumulator, then ≤ MAX_WINDOWS
     // window sums); bases hold ≥ n points.
@@ -1070,6 +1148,28 @@ pub fn msm_split_enqueue(
     out: &mut MsmResults,
     index: usize,
 ) -> Result<(), CudaError> {
+    // SAFETY: no second curve.
+    unsafe { msm_split_beside_enqueue(gpu, stream, ws, bases, split, out, index, None) }.map(drop)
+}
+
+/// [`msm_split_enqueue`], with `beside`'s MSM of the others on the same sorted entries
+/// (B_G2 beside B_G1). Returns the plan of the others' windows (None: no others).
+///
+/// # Safety
+/// `beside`'s bases hold at least `split.len` points and its point regions the
+/// workspace's [`MsmWorkspace::point_counts`], its windows [`MAX_WINDOWS`] points, all
+/// live until the stream has run the work.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn msm_split_beside_enqueue(
+    gpu: &Gpu,
+    stream: &Stream,
+    ws: &mut MsmWorkspace,
+    bases: BasesView<'_>,
+    split: &SplitScalars,
+    out: &mut MsmResults,
+    index: usize,
+    beside: Option<Beside>,
+) -> Result<Option<WindowPlan>, CudaError> {
     let ones = Bitmap {
         words: &split.ones,
         len: split.len,
@@ -1083,15 +1183,17 @@ pub fn msm_split_enqueue(
         n,
         base_index: ws.scratch.index,
         windows: rec + XYZZ,
+        beside,
     };
-    // SAFETY: the index region holds max_n ≥ n entries, each < split.len ≤ bases.len;
-    // the window sums follow the accumulator in the record.
+    // SAFETY: the index region holds max_n ≥ n entries, each < split.len ≤ bases.len
+    // (and ≤ the second curve's bases, per the caller); the window sums follow the
+    // accumulator in the record.
     let plan = unsafe {
         upload(gpu, stream, ws.scratch.index, &split.other_indices)?;
         enqueue_pippenger(gpu, stream, ws, run, None)?
     };
     out.plans[index] = plan;
-    Ok(())
+    Ok(plan)
 }
 
 /// Waits for `stream` (checked), converts every slot of `out` and finishes it on the
@@ -1367,6 +1469,7 @@ fn staged_run(
         n: scalars.len(),
         base_index: 0,
         windows: rec + XYZZ,
+        beside: None,
     };
     // SAFETY: bases hold 2^max_log ≥ n points; `rec` is a live record.
     out.plans[0] = unsafe {
@@ -1524,8 +1627,9 @@ pub mod stages {
         put(gpu, s, ws.scratch.offsets, &sorted.offsets)?;
         put(gpu, s, ws.scratch.sorted, &sorted.entries)?;
         // SAFETY: the workspace is sized for `keys` buckets and `slices` heads.
-        unsafe { enqueue_accumulate(gpu, s, &ws.scratch, bases.ptr, keys, slices, fold) }?;
-        let host: Vec<DevG1Xyzz> = get(gpu, s, ws.scratch.buckets, keys)?;
+        let (sc, curve) = (&ws.scratch, &G1_CURVE);
+        unsafe { enqueue_accumulate(gpu, s, curve, sc, &sc.pts, bases.ptr, keys, slices, fold) }?;
+        let host: Vec<DevG1Xyzz> = get(gpu, s, ws.scratch.pts.buckets, keys)?;
         let empty = |k: usize| sorted.offsets[k] == sorted.offsets[k + 1];
         (0..keys)
             .map(|k| {
@@ -1574,10 +1678,11 @@ pub mod stages {
         let ws = workspace(gpu, s, (0, 0, buckets.len(), 1))?;
         let mut sums = gpu.alloc::<DevG1Xyzz>(s, wc as usize, AllocKind::StreamOrdered)?;
         gpu.poison(s, &mut sums)?;
-        put(gpu, s, ws.scratch.buckets, &dev)?;
+        put(gpu, s, ws.scratch.pts.buckets, &dev)?;
         put(gpu, s, ws.scratch.offsets, &offsets)?;
         // SAFETY: partials hold ≥ keys ≥ wc·NB/span groups; `sums` wc points.
-        unsafe { enqueue_reduce(gpu, s, &ws.scratch, sums.raw(), c, wc, span) }?;
+        let (sc, curve) = (&ws.scratch, &G1_CURVE);
+        unsafe { enqueue_reduce(gpu, s, curve, sc, &sc.pts, sums.raw(), (c, wc, span)) }?;
         let host: Vec<DevG1Xyzz> = get(gpu, s, sums.raw(), wc as usize)?;
         sums.free()?;
         host.iter()
@@ -1758,7 +1863,7 @@ mod tests {
             assert_eq!(pair[1] - pair[0], w[i] as u64 * 4);
         }
         assert_eq!(
-            sc.partials[1] - sc.buckets,
+            sc.pts.partials[1] - sc.pts.buckets,
             sizes.points()[..4].iter().sum::<usize>() as u64 * XYZZ
         );
     }
@@ -1779,7 +1884,10 @@ mod tests {
                 .sum();
             assert_eq!(combine_windows(&sums, c), want, "c {c}");
         }
-        assert_eq!(combine_windows(&[], 16), G1Projective::zero());
+        assert_eq!(
+            combine_windows::<G1Projective>(&[], 16),
+            G1Projective::zero()
+        );
     }
 
     #[test]
