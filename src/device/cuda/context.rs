@@ -542,7 +542,7 @@ const _: () = {
 };
 
 // ---------------------------------------------------------------------------------
-// Raw helpers shared by the kernel drivers (msm.rs, g2.rs).
+// Raw helpers shared by the kernel drivers (msm/, g2.rs).
 
 /// `CudaError::InvalidInput` with `msg`.
 pub(crate) fn invalid(msg: impl Into<String>) -> CudaError {
