@@ -3,10 +3,10 @@
 //! The prover is the subject, the harness the product. Layers, bottom up:
 //! - [`circuits`]: the three test circuit families, satisfiable by construction;
 //! - [`keys`]: real (cached) and synthetic proving keys, with validation;
-//! - [`reference`]: ark-groth16's prover with every intermediate exposed;
+//! - [`reference`](mod@reference): ark-groth16's prover with every intermediate exposed;
 //! - [`device`]: the `Device` trait, the simulated GPU and (feature `cuda`) the CUDA GPU;
 //! - [`prover`]: the two-lock pipeline, its timeline and the known-bad lock designs;
-//! - [`stress`] and [`bench`]: what the CLI's `stress` and `bench` commands run.
+//! - [`stress`] and [`bench`](mod@bench): what the CLI's `stress` and `bench` commands run.
 
 pub mod audit;
 pub mod bench;

@@ -32,7 +32,7 @@ pub struct MsmResults {
     pub h: G1,
     /// Σ aux_i · l_query_i
     pub l: G1,
-    /// Σ z_i · a_query_{i} over z = inputs[1..] ++ aux (query[0] excluded, as ark-groth16)
+    /// Σ z_i · a_query_{i} over `z = inputs[1..] ++ aux` (`query[0]` excluded, as ark-groth16)
     pub a: G1,
     /// Same for b_g1_query.
     pub b_g1: G1,

@@ -1,5 +1,5 @@
 //! The two-lock prover pipeline: W workers per device over N devices, pulling
-//! partitions from one queue, each running the lock protocol of [`protocol`].
+//! partitions from one queue, each running the lock protocol of `protocol`.
 
 pub mod flaws;
 pub mod gantt;

@@ -158,7 +158,7 @@ impl Others {
 
 impl G2Scratch {
     /// Device bytes of a scratch for `max_n` bases (an upper bound: the partials are
-    /// counted at their maximum, [`MAX_PARTS`]).
+    /// counted at their maximum, `MAX_PARTS`).
     pub fn bytes_needed(max_n: usize) -> u64 {
         points_for(parts_for(max_n, MAX_PARTS)) as u64 * XYZZ
     }
@@ -323,7 +323,7 @@ impl G2Scratch {
         in_g2(sum, "B_G2's others").map(Some)
     }
 
-    /// Enqueues Σ bases[i] over the set bits i < n of the device bitmap at `bitmap`
+    /// Enqueues Σ `bases[i]` over the set bits i < n of the device bitmap at `bitmap`
     /// (⌈n/32⌉ u32 words, bit i = bit i % 32 of word i / 32; bits past n are ignored) on
     /// `stream`; the result stays in the scratch until [`G2Scratch::read_sum`]. n = 0
     /// enqueues nothing and sums to zero. n > bases.len() or n > max_n is an error.

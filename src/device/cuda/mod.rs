@@ -5,8 +5,8 @@
 //!   [`CudaError`];
 //! - [`layout`]: arkworks values ↔ the bytes the kernels read and write;
 //! - [`arith`]: elementwise field and curve test kernels, and the Fr-mul rate probe;
-//! - [`ntt`]: the four Fr transforms of `Radix2EvaluationDomain`, and their benchmark;
-//! - [`witness_map`]: h from a, b, c as ark-groth16's `LibsnarkReduction` computes it.
+//! - [`ntt`](mod@ntt): the four Fr transforms of `Radix2EvaluationDomain`, and their benchmark;
+//! - [`witness_map`](mod@witness_map): h from a, b, c as ark-groth16's `LibsnarkReduction` computes it.
 //!
 //! Without a driver nothing here panics: [`Gpu::new`] returns [`CudaError::NoDriver`].
 
