@@ -66,20 +66,38 @@ pub type Evaluations = (Vec<Fr>, Vec<Fr>, Vec<Fr>);
 pub fn evaluations(m: &ConstraintMatrices, z: &[Fr]) -> Result<Evaluations, ReferenceError> {
     check_len(m, z)?;
     let n = domain(m)?.size();
-    // Rows in parallel: at 2^22 this sparse product was most of a partition's CPU prep.
     let row = |mat: &ark_relations::gr1cs::Matrix<Fr>| {
-        use rayon::prelude::*;
-        let mut v = vec![Fr::zero(); n];
-        v.par_iter_mut()
-            .zip(mat.par_iter())
-            .with_min_len(1 << 12)
-            .for_each(|(out, terms)| *out = evaluate_constraint(terms, z));
+        let mut v = Vec::new();
+        fill_parallel(&mut v, n, |i| {
+            mat.get(i)
+                .map_or_else(Fr::zero, |terms| evaluate_constraint(terms, z))
+        });
         v
     };
     let (mut a, (b, c)) = rayon::join(|| row(m.a()), || rayon::join(|| row(m.b()), || row(m.c())));
     let start = m.num_constraints;
     a[start..start + m.num_instance_variables].copy_from_slice(&z[..m.num_instance_variables]);
     Ok((a, b, c))
+}
+
+/// Sets `v` to `f(0..n)`, computed in parallel, in place when `v` already holds `n`
+/// values and otherwise into a fresh vector written (and so first touched) in parallel:
+/// at 2^22 a serial zero fill of fresh 128 MiB vectors cost more than the products.
+pub(crate) fn fill_parallel(v: &mut Vec<Fr>, n: usize, f: impl Fn(usize) -> Fr + Sync) {
+    use rayon::prelude::*;
+    const MIN_LEN: usize = 1 << 12;
+    if v.len() == n {
+        v.par_iter_mut()
+            .enumerate()
+            .with_min_len(MIN_LEN)
+            .for_each(|(i, out)| *out = f(i));
+    } else {
+        *v = (0..n)
+            .into_par_iter()
+            .with_min_len(MIN_LEN)
+            .map(&f)
+            .collect();
+    }
 }
 
 /// The witness map's post-evaluation steps on the CPU (three inverse NTTs, three coset
@@ -196,7 +214,7 @@ pub fn assemble(pk: &ProvingKey, msm: &MsmResults, r: Fr, s: Fr) -> Proof {
     }
 }
 
-fn check_len(m: &ConstraintMatrices, z: &[Fr]) -> Result<(), ReferenceError> {
+pub(crate) fn check_len(m: &ConstraintMatrices, z: &[Fr]) -> Result<(), ReferenceError> {
     let expected = m.num_instance_variables + m.num_witness_variables;
     if z.len() != expected {
         return Err(ReferenceError::WitnessLength {

@@ -251,13 +251,14 @@ impl<D: Device> Worker<D> {
 
     fn run(self) {
         let n = self.shared.batch.partitions.len();
+        let mut spare = None;
         loop {
             // Each index is handed out exactly once.
             let i = self.shared.next.fetch_add(1, Ordering::Relaxed);
             if i >= n {
                 break;
             }
-            let result = protocol::prove_partition(&self, i).map_err(|e| self.tag(e));
+            let result = protocol::prove_partition(&self, i, &mut spare).map_err(|e| self.tag(e));
             if let Err(e) = &result {
                 tracing::warn!(partition = i, worker = %self.who, "partition failed: {e}");
             }

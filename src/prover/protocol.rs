@@ -10,13 +10,18 @@ use crate::device::{AllocSite, Device, DeviceBG2, Footprint, G1Results, Partitio
 use crate::reference::{self, MsmResults};
 use crate::Proof;
 
-/// Proves partition `i` on worker `w`.
-pub(super) fn prove_partition<D: Device>(w: &Worker<D>, i: usize) -> Result<Proof, ProveError> {
+/// Proves partition `i` on worker `w`. `spare` carries the worker's host buffers from
+/// one partition to its next (CPU memory only; no lock covers it).
+pub(super) fn prove_partition<D: Device>(
+    w: &Worker<D>,
+    i: usize,
+    spare: &mut Option<PartitionInputs>,
+) -> Result<Proof, ProveError> {
     let batch = &w.shared.batch;
     let t = &w.shared.timeline;
     let inputs = timed(t, i, w.who, Phase::Prep, || {
         crate::sync::sleep(w.shared.cfg.sim_cpu_prep);
-        prep::prepare(&batch.matrices, &batch.partitions[i])
+        prep::prepare_reusing(&batch.matrices, &batch.partitions[i], spare.take())
     })?;
     let g1 = match w.shared.cfg.mode {
         LockMode::Two => two_lock(w, i, &inputs)?,
@@ -43,9 +48,11 @@ pub(super) fn prove_partition<D: Device>(w: &Worker<D>, i: usize) -> Result<Proo
         b_g1: g1.b_g1,
         b_g2,
     };
-    Ok(timed(t, i, w.who, Phase::Assemble, || {
+    let proof = timed(t, i, w.who, Phase::Assemble, || {
         reference::assemble(&batch.pk, &msm, r, s)
-    }))
+    });
+    *spare = Some(inputs);
+    Ok(proof)
 }
 
 /// Pre-stage under mem, then compute under compute, handing mem over only once compute
