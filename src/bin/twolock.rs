@@ -184,6 +184,11 @@ enum BenchWhat {
         /// Write a Gantt picture (SVG) of the last configuration's timeline.
         #[arg(long)]
         gantt: Option<PathBuf>,
+        /// Partitions ark-groth16 proves for the comparison (the rest of the batch is
+        /// extrapolated, and labelled so); 0 skips it. Default: the whole batch up to
+        /// 2^20 constraints, one partition above.
+        #[arg(long)]
+        ark_partitions: Option<usize>,
         #[arg(long)]
         json: bool,
     },
@@ -588,6 +593,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
             mut pipeline,
             configs,
             gantt,
+            ark_partitions,
             json,
         } => {
             let kind = resolve(pipeline.device)?;
@@ -626,7 +632,12 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
             };
             let rows = &bench.rows;
             let pb = spinner("ark-groth16 on the same partitions");
-            let ark = twolock::bench::arkworks_baseline(&w, 20, &bench.proofs)?;
+            let ark_partitions = ark_partitions.unwrap_or(if workload.log_constraints <= 20 {
+                workload.partitions
+            } else {
+                1
+            });
+            let ark = twolock::bench::arkworks_baseline(&w, ark_partitions, &bench.proofs)?;
             pb.finish_and_clear();
             let mismatched =
                 rows.iter().any(|r| !r.agrees || r.errors > 0) || ark.equal_proofs < ark.measured;
@@ -653,20 +664,28 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
                 );
                 print!("{}", twolock::bench::prove_table(rows));
                 let best = rows.iter().map(|r| r.throughput_per_s).fold(0.0, f64::max);
-                println!(
-                    "ark-groth16 on {} threads: {:.1} ms/partition ({}); best configuration {:.1}x its throughput; \
-                     {}/{} of its proofs equal the first configuration's",
-                    ark.threads,
-                    ark.ms_per_partition,
-                    if ark.extrapolated {
-                        format!("one partition, batch of {} extrapolated", w.assignments.len())
-                    } else {
-                        format!("all {} partitions", ark.measured)
-                    },
-                    best * ark.ms_per_partition / 1e3,
-                    ark.equal_proofs,
-                    ark.measured
-                );
+                if ark.measured == 0 {
+                    println!("ark-groth16: skipped (--ark-partitions 0)");
+                } else {
+                    println!(
+                        "ark-groth16 on {} threads: {:.1} ms/partition ({}); best configuration {:.1}x its throughput; \
+                         {}/{} of its proofs equal the first configuration's",
+                        ark.threads,
+                        ark.ms_per_partition,
+                        if ark.extrapolated {
+                            format!(
+                                "{} of {} partitions, the batch extrapolated",
+                                ark.measured,
+                                w.assignments.len()
+                            )
+                        } else {
+                            format!("all {} partitions", ark.measured)
+                        },
+                        best * ark.ms_per_partition / 1e3,
+                        ark.equal_proofs,
+                        ark.measured
+                    );
+                }
                 let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
                 println!(
                     "working set per partition: {:.1} MiB full, {:.1} MiB chunked (fallback); \
