@@ -21,6 +21,7 @@ fn style(p: Phase) -> (usize, &'static str) {
         Phase::MemHold => (0, "#2171b5"),
         Phase::ComputeWait => (0, "#fdd0a2"),
         Phase::ComputeHold => (0, "#e6550d"),
+        Phase::PrepWait => (1, "#c7e9c0"),
         Phase::Prep | Phase::BG2 | Phase::Assemble => (1, "#31a354"),
         Phase::Fallback => (1, "#de2d26"),
         Phase::Upload => (1, "#9ecae1"),
@@ -104,6 +105,7 @@ pub fn svg(spans: &[Span], title: &str) -> String {
         ("mem hold", "#2171b5"),
         ("compute wait", "#fdd0a2"),
         ("compute hold", "#e6550d"),
+        ("prep wait", "#c7e9c0"),
         ("CPU (prep, B_G2, assemble)", "#31a354"),
         ("upload", "#9ecae1"),
         ("device stage", "#969696"),
@@ -144,7 +146,7 @@ mod tests {
         }
         assert_eq!(
             svg.matches("<rect").count(),
-            spans.len() + 8,
+            spans.len() + 9,
             "spans + legend"
         );
         assert!(svg.contains("a &lt;batch&gt;"));

@@ -201,6 +201,8 @@ struct Shared {
     fallbacks: AtomicUsize,
     timeline: Arc<Timeline>,
     progress: Option<Progress>,
+    /// One CPU prep at a time, each on every core (see `protocol::prove_partition`).
+    prep_gate: Mutex<()>,
 }
 
 impl Shared {
@@ -331,6 +333,7 @@ impl<D: Device> Pipeline<D> {
             fallbacks: AtomicUsize::new(0),
             timeline: timeline.clone(),
             progress: self.progress.clone(),
+            prep_gate: Mutex::new(()),
         });
         let mut handles = Vec::new();
         let mut contexts = Vec::new();

@@ -12,6 +12,8 @@ use crate::sync::Mutex;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// Waiting for the prep gate (one CPU prep at a time).
+    PrepWait,
     Prep,
     MemWait,
     MemHold,
@@ -33,6 +35,7 @@ pub enum Phase {
 impl Phase {
     pub fn name(self) -> &'static str {
         match self {
+            Phase::PrepWait => "prep wait",
             Phase::Prep => "prep",
             Phase::MemWait => "mem wait",
             Phase::MemHold => "mem hold",
