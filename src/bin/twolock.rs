@@ -573,13 +573,23 @@ fn run_stress<D: StressDevice>(
     let mut out = Vec::new();
     for s in list {
         bar.set_message(s.name.clone());
-        out.push(stress::run_scenario_on::<D>(
+        let start = std::time::Instant::now();
+        tracing::info!(scenario = %s.name, "stress: scenario starts");
+        let o = stress::run_scenario_on::<D>(
             w,
             s,
             a.workers,
             a.devices,
             Duration::from_secs(a.lock_timeout_s),
-        )?);
+        )?;
+        // In logs (where the bar is not drawn) a slow or stuck row is then named.
+        tracing::info!(
+            scenario = %s.name,
+            elapsed_ms = start.elapsed().as_millis() as u64,
+            ok = o.passed(),
+            "stress: scenario done"
+        );
+        out.push(o);
         bar.inc(1);
     }
     bar.finish_and_clear();
