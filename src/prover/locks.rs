@@ -9,7 +9,8 @@
 //!   free before compute is released (see `protocol::compute`).
 //!
 //! Order: mem is only ever taken before compute (hand-over-hand), never after it, so
-//! the two cannot deadlock.
+//! the two cannot deadlock. The CPU prep gate (`Shared::prep_gate`) is taken and
+//! released before either, with no device lock held, so it adds no cycle.
 
 use std::time::{Duration, Instant};
 

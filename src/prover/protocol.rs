@@ -1,6 +1,6 @@
 //! The lock protocol for one partition: what reviewers read to judge a lock design and
-//! what the loom models check. Phases (DESIGN.md): prep (CPU, no lock) → pre-stage
-//! (mem) → compute (compute) → finish (CPU, no lock).
+//! what the loom models check. Phases (DESIGN.md): prep (CPU, no device lock; one prep
+//! at a time) → pre-stage (mem) → compute (compute) → finish (CPU, no lock).
 
 use super::flaws::{flawed, Flaw};
 use super::timeline::{timed, Phase};
@@ -25,7 +25,7 @@ pub(super) fn prove_partition<D: Device>(
             crate::sync::sleep(w.shared.cfg.sim_cpu_prep)
         });
     }
-    // Preps take turns, each spread over every core: the first partition is then ready
+    // Preps take turns, each spread over the rayon pool: the first partition is then ready
     // after one prep instead of W interleaved ones, which shortens the batch's ramp
     // before the GPU starts. A CPU-only gate: no device lock is taken while it is held.
     let start = t.now_us();
