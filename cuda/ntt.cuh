@@ -8,12 +8,13 @@
 // sub-problem as a 2^k-point DFT over hi for every column lo (a k-stage DIF with
 // roots of order 2^k), leaving frequency k1 at row brev_k(k1), then multiplies it by
 // the four-step twiddle w_M^(lo·k1). The last pass has c = 0 and no twiddle. The
-// result is the DFT in bit-reversed order; `ntt_bitrev_scale` permutes it to natural
-// order and applies the per-index scale of the variant.
+// result is the DFT in bit-reversed order; the bit-reversal pass (`bitrev_tiled`, or
+// `bitrev_scale` below 2^8 points) permutes it to natural order and applies the
+// per-index scale of the variant.
 //
-// Within a pass, the k stages run in groups of at most three (`stage_groups`): each
-// thread loads the 2^R rows that a group of R stages mixes, runs the R stages in
-// registers, and stores them back, so a pass costs ⌈k/3⌉ trips through shared memory
+// Within a pass, the k stages run in groups of at most MAX_GROUP = 2 (`stage_group`):
+// each thread loads the 2^R rows that a group of R stages mixes, runs the R stages in
+// registers, and stores them back, so a pass costs ⌈k/2⌉ trips through shared memory
 // (the first group reads global memory, the last writes it) instead of one per stage.
 //
 // Roots come from tables uploaded once per GPU (src/device/cuda/ntt.rs):
@@ -34,8 +35,11 @@ constexpr uint32_t MAX_LOG_N = 28;
 constexpr uint32_t TW_SPLIT = 14;
 constexpr uint32_t MAX_PASS_LOG = 11;
 constexpr uint32_t DIRECT_LOG = 16;
-// Most stages one thread runs in registers (2^MAX_GROUP rows per thread).
-constexpr int MAX_GROUP = 3;
+// Most stages one thread runs in registers (2^MAX_GROUP rows per thread). Two, not
+// three: eight rows in registers took 168 registers (12 warps per SM, latency-bound);
+// four take 96, five blocks of four warps per SM, and 2^24 ran 5.56 -> 4.98 ms on the
+// H100 for one more trip through shared memory per pass (docs/benchmarks.md).
+constexpr int MAX_GROUP = 2;
 
 // hi[t >> TW_SPLIT] · lo[t mod 2^TW_SPLIT]: the t-th power of the tables' root.
 __device__ __forceinline__ fr_t table_pow(const fr_t* __restrict__ hi, const fr_t* __restrict__ lo,
@@ -146,9 +150,10 @@ __device__ __forceinline__ uint32_t first_group(uint32_t k) {
 // One pass of k DIF stages. Tile: 2^k rows × T = 2^log_t consecutive columns. A block
 // holds blockDim.y tiles (several small sub-problems in the last pass, where c = 0),
 // tile number blockIdx.x·blockDim.y + threadIdx.y; dynamic shared memory 2^k·T fr_t
-// per tile (unused when k ≤ 3).
+// per tile (unused when k <= MAX_GROUP).
 __device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done,
                                          uint32_t k, uint32_t log_t, const Roots& w) {
+    static_assert(MAX_GROUP == 2, "the group dispatch below covers groups of 1 and 2 stages");
     extern __shared__ fr_t smem_all[];
     fr_t* smem = smem_all + ((size_t)threadIdx.y << (k + log_t));
     const uint32_t tile = blockIdx.x * blockDim.y + threadIdx.y;
@@ -166,20 +171,27 @@ __device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n
     const uint32_t r0 = first_group(k);
     if (r0 == k) {  // a single group: global to global
         if (k == 1) stage_group<1, true, true>(t, smem, w, 0);
-        else if (k == 2) stage_group<2, true, true>(t, smem, w, 0);
-        else stage_group<3, true, true>(t, smem, w, 0);
+        else stage_group<2, true, true>(t, smem, w, 0);
         return;
     }
     if (r0 == 1) stage_group<1, true, false>(t, smem, w, 0);
-    else if (r0 == 2) stage_group<2, true, false>(t, smem, w, 0);
-    else stage_group<3, true, false>(t, smem, w, 0);
+    else stage_group<2, true, false>(t, smem, w, 0);
     uint32_t first = r0;
     for (; first + MAX_GROUP < k; first += MAX_GROUP) {
         __syncthreads();
-        stage_group<3, false, false>(t, smem, w, first);
+        stage_group<2, false, false>(t, smem, w, first);
     }
     __syncthreads();
-    stage_group<3, false, true>(t, smem, w, first);
+    stage_group<2, false, true>(t, smem, w, first);
+}
+
+// The output factor of index idx in the bit-reversal passes (see bitrev_scale).
+__device__ __forceinline__ fr_t bitrev_factor(uint32_t idx, bool has_scale, const fr_t& scale,
+                                              const fr_t* __restrict__ hi,
+                                              const fr_t* __restrict__ lo) {
+    fr_t f = has_scale ? scale : fr_t::one();
+    if (hi != nullptr) f = has_scale ? f * table_pow(hi, lo, idx) : table_pow(hi, lo, idx);
+    return f;
 }
 
 // In-place bit-reversal permutation with a per-index factor on the output:
@@ -194,11 +206,7 @@ __device__ __forceinline__ void bitrev_scale(fr_t* __restrict__ data, uint32_t l
     const uint32_t j = brev(i, log_n);
     if (i > j) return;
     const bool scaled = has_scale || hi != nullptr;
-    auto factor = [&](uint32_t idx) {
-        fr_t f = has_scale ? scale : fr_t::one();
-        if (hi != nullptr) f = has_scale ? f * table_pow(hi, lo, idx) : table_pow(hi, lo, idx);
-        return f;
-    };
+    auto factor = [&](uint32_t idx) { return bitrev_factor(idx, has_scale, scale, hi, lo); };
     const fr_t xi = data[i];
     if (i == j) {
         if (scaled) data[i] = xi * factor(i);
@@ -207,5 +215,50 @@ __device__ __forceinline__ void bitrev_scale(fr_t* __restrict__ data, uint32_t l
     const fr_t xj = data[j];
     data[i] = scaled ? xj * factor(i) : xj;
     data[j] = scaled ? xi * factor(j) : xi;
+}
+
+// The same permutation and factors in tiles, so that every global access is a run of
+// 2^BITREV_TILE_LOG consecutive elements (512 bytes) rather than a lone 32-byte gather
+// (bitrev_scale reached 47 % of the DRAM bandwidth at 2^24). For log_n >= 2·BITREV_TILE_LOG
+// write j = [x | m | y], x and y of BITREV_TILE_LOG bits, x on top: brev(j) =
+// [brev(y) | brev(m) | brev(x)], so tile m (all x, y) lands transposed in tile brev(m).
+// Block m handles the pair {m, brev(m)} when m <= brev(m), loading both tiles before it
+// writes either (in place). BITREV_THREADS threads, one element of each tile each.
+constexpr uint32_t BITREV_TILE_LOG = 4;
+constexpr uint32_t BITREV_SIDE = 1u << BITREV_TILE_LOG;
+constexpr uint32_t BITREV_THREADS = BITREV_SIDE * BITREV_SIDE;
+
+__device__ __forceinline__ void bitrev_tiled(fr_t* __restrict__ data, uint32_t log_n, bool has_scale,
+                                             const fr_t& scale, const fr_t* __restrict__ hi,
+                                             const fr_t* __restrict__ lo) {
+    // [tile][half][x][y], rows padded by one uint4 against the transposed reads' conflicts.
+    __shared__ uint4 tile[2][2][BITREV_SIDE][BITREV_SIDE + 1];
+    const uint32_t m_bits = log_n - 2 * BITREV_TILE_LOG;
+    const uint32_t m = blockIdx.x, mr = brev(m, m_bits);
+    if (m > mr || threadIdx.x >= BITREV_THREADS) return;  // the pair's other block works
+    const uint32_t x_shift = log_n - BITREV_TILE_LOG;
+    const uint32_t x = threadIdx.x >> BITREV_TILE_LOG, y = threadIdx.x & (BITREV_SIDE - 1);
+    const uint32_t tiles = m == mr ? 1 : 2;
+    auto at = [&](uint32_t tm, uint32_t row, uint32_t col) {
+        return ((size_t)row << x_shift) | ((size_t)tm << BITREV_TILE_LOG) | col;
+    };
+    for (uint32_t q = 0; q < tiles; q++) {
+        const uint4* src = reinterpret_cast<const uint4*>(data + at(q == 0 ? m : mr, x, y));
+        tile[q][0][x][y] = src[0];
+        tile[q][1][x][y] = src[1];
+    }
+    __syncthreads();
+    const bool scaled = has_scale || hi != nullptr;
+    const uint32_t sx = brev(y, BITREV_TILE_LOG), sy = brev(x, BITREV_TILE_LOG);
+    for (uint32_t q = 0; q < tiles; q++) {
+        // Tile m's element (sx, sy) goes to tile mr at (x, y), and tile mr's to tile m.
+        const size_t j = at(q == 0 ? mr : m, x, y);
+        fr_t v;
+        uint4* p = reinterpret_cast<uint4*>(&v);
+        p[0] = tile[q][0][sx][sy];
+        p[1] = tile[q][1][sx][sy];
+        if (scaled) v = v * bitrev_factor((uint32_t)j, has_scale, scale, hi, lo);
+        data[j] = v;
+    }
 }
 }  // namespace ntt

@@ -15,8 +15,9 @@
 //!
 //! Kernel structure (see `cuda/ntt.cuh`): ⌈L/10⌉ shared-memory passes of DIF stages
 //! (four-step decomposition, twiddles between passes; inside a pass each thread runs
-//! groups of up to three stages in registers), then one bit-reversal pass that also
-//! applies n^-1 and the coset powers.
+//! groups of up to two stages in registers), then one bit-reversal pass, in 16×16
+//! tiles so that it reads and writes whole 512-byte runs, that also applies n^-1 and
+//! the coset powers.
 
 use std::sync::{Arc, OnceLock};
 
@@ -35,6 +36,7 @@ pub const MODULE: &str = "ntt";
 pub mod kernel {
     pub const DIF_PASS: &str = "ntt_dif_pass";
     pub const BITREV_SCALE: &str = "ntt_bitrev_scale";
+    pub const BITREV_TILED: &str = "ntt_bitrev_tiled";
     pub const QAP_DIVIDE: &str = "qap_divide";
 }
 
@@ -50,10 +52,14 @@ const DIRECT_LOG: u32 = 16;
 const STAGES_PER_PASS: u32 = 10;
 const TILE_LOG: u32 = 10;
 /// Rows one thread holds while it runs a group of stages (`ntt::MAX_GROUP`, log2).
-const MAX_GROUP: u32 = 3;
-/// Threads per DIF block: `ntt_dif_pass` is built with `__launch_bounds__(128, 3)`.
+const MAX_GROUP: u32 = 2;
+/// Threads per DIF block: `ntt_dif_pass` is built with `__launch_bounds__(128, 5)`.
 const MAX_BLOCK: u32 = 128;
 const BITREV_BLOCK: u32 = 256;
+/// Side (log2) of the tiles of `ntt_bitrev_tiled` (`ntt::BITREV_TILE_LOG`); it runs
+/// sizes from 2^(2·BITREV_TILE_LOG) with `BITREV_TILED_THREADS` per block.
+const BITREV_TILE_LOG: u32 = 4;
+const BITREV_TILED_THREADS: u32 = 1 << (2 * BITREV_TILE_LOG);
 
 /// Which transform of `Radix2EvaluationDomain<Fr>` to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -208,6 +214,24 @@ fn plan(log_n: u32) -> Vec<Pass> {
         .collect()
 }
 
+/// Launch shape of one DIF pass: one thread per 2^MAX_GROUP rows of a column (more
+/// virtual threads than MAX_BLOCK loop), and tiles smaller than 2^TILE_LOG (the last
+/// pass's sub-problems) several to a block, up to MAX_BLOCK threads and 2^TILE_LOG
+/// elements of shared memory.
+fn dif_launch(log_n: u32, pass: Pass) -> LaunchConfig {
+    let tile_log = pass.k + pass.log_t;
+    let threads = (1u32 << (tile_log - pass.k.min(MAX_GROUP))).min(MAX_BLOCK);
+    let log_tiles_per_block = TILE_LOG
+        .saturating_sub(tile_log)
+        .min(log_n - tile_log)
+        .min((MAX_BLOCK / threads).ilog2());
+    LaunchConfig {
+        grid_dim: (1u32 << (log_n - tile_log - log_tiles_per_block), 1, 1),
+        block_dim: (threads, 1u32 << log_tiles_per_block, 1),
+        shared_mem_bytes: (32u32 << tile_log) << log_tiles_per_block,
+    }
+}
+
 /// Number of memory passes (DIF passes plus the bit reversal) of a 2^log_n transform.
 pub fn memory_passes(log_n: u32) -> usize {
     plan(log_n).len() + 1
@@ -311,16 +335,7 @@ pub(crate) unsafe fn transform_raw(
         } else {
             (0, 0)
         };
-        let tile_log = pass.k + pass.log_t;
-        // One thread per 2^MAX_GROUP rows of a column (smaller first groups loop), and
-        // tiles smaller than 2^TILE_LOG (the last pass's sub-problems) several to a block.
-        let threads = 1u32 << (tile_log - pass.k.min(MAX_GROUP));
-        let log_tiles_per_block = TILE_LOG.saturating_sub(tile_log).min(log_n - tile_log);
-        let cfg = LaunchConfig {
-            grid_dim: (1u32 << (log_n - tile_log - log_tiles_per_block), 1, 1),
-            block_dim: (threads.min(MAX_BLOCK), 1u32 << log_tiles_per_block, 1),
-            shared_mem_bytes: 32 << (tile_log + log_tiles_per_block),
-        };
+        let cfg = dif_launch(log_n, pass);
         let mut args = stream.launch_builder(&dif);
         args.arg(&ptr)
             .arg(&log_n)
@@ -371,7 +386,22 @@ unsafe fn bitrev_raw(
     scale: Option<Fr>,
     per_index: Option<&[DeviceBuffer<DevFr>; 2]>,
 ) -> Result<(), CudaError> {
-    let f = gpu.function(MODULE, kernel::BITREV_SCALE)?;
+    // Tiled from 2^(2·BITREV_TILE_LOG) points (coalesced runs), one thread per index below.
+    let tiled = log_n >= 2 * BITREV_TILE_LOG;
+    let (name, cfg) = if tiled {
+        let cfg = LaunchConfig {
+            grid_dim: (1u32 << (log_n - 2 * BITREV_TILE_LOG), 1, 1),
+            block_dim: (BITREV_TILED_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        (kernel::BITREV_TILED, cfg)
+    } else {
+        (
+            kernel::BITREV_SCALE,
+            grid_1d(1usize << log_n, BITREV_BLOCK)?,
+        )
+    };
+    let f = gpu.function(MODULE, name)?;
     let has_scale = u32::from(scale.is_some());
     let scale = fr_to_dev(&scale.unwrap_or(Fr::one()));
     let (hi, lo): (CUdeviceptr, CUdeviceptr) =
@@ -383,14 +413,8 @@ unsafe fn bitrev_raw(
         .arg(&scale)
         .arg(&hi)
         .arg(&lo);
-    // SAFETY: matches `ntt_bitrev_scale(fr_t*, u32, u32, fr_t, const fr_t*, const fr_t*)`.
-    unsafe {
-        gpu.launch(
-            kernel::BITREV_SCALE,
-            &mut args,
-            grid_1d(1usize << log_n, BITREV_BLOCK)?,
-        )
-    }
+    // SAFETY: both kernels are `(fr_t*, u32, u32, fr_t, const fr_t*, const fr_t*)`.
+    unsafe { gpu.launch(name, &mut args, cfg) }
 }
 
 /// `ifft` followed by `coset fft` on the same buffer, with the inverse transform's
@@ -575,6 +599,25 @@ mod tests {
                 done += pass.k;
             }
             assert_eq!(p.last().map(|x| x.log_t), Some(0));
+        }
+    }
+
+    #[test]
+    fn ntt_launches_fit_the_kernel_bounds() {
+        for log_n in 1..=MAX_LOG_N {
+            let mut tiles = 0u64;
+            for pass in plan(log_n) {
+                let cfg = dif_launch(log_n, pass);
+                let (x, y, _) = cfg.block_dim;
+                assert!(x * y <= MAX_BLOCK, "2^{log_n}: {x}x{y} threads");
+                // Default dynamic shared memory limit, no opt-in attribute needed.
+                assert!(cfg.shared_mem_bytes <= 48 << 10, "2^{log_n}");
+                assert_eq!(cfg.shared_mem_bytes, (32 << (pass.k + pass.log_t)) * y);
+                // The blocks' tiles cover the array exactly once.
+                tiles = u64::from(cfg.grid_dim.0) * u64::from(y);
+                assert_eq!(tiles << (pass.k + pass.log_t), 1u64 << log_n, "2^{log_n}");
+            }
+            assert!(tiles > 0);
         }
     }
 
