@@ -9,7 +9,33 @@ extern "C" __global__ void __launch_bounds__(128, 5)
                  const fr_t* __restrict__ tw_hi, const fr_t* __restrict__ tw_lo,
                  const fr_t* __restrict__ coset_hi, const fr_t* __restrict__ coset_lo) {
     const ntt::Roots w{small, direct, tw_hi, tw_lo, coset_hi, coset_lo};
-    ntt::dif_pass(data, log_n, done, k, log_t, w);
+    ntt::dif_pass<false>(data, data, log_n, done, k, log_t, w, ntt::OutFactor{});
+}
+
+// The same pass out of place (the first pass of a transform with a scratch buffer):
+// dst must not overlap src.
+extern "C" __global__ void __launch_bounds__(128, 5)
+    ntt_dif_pass_copy(const fr_t* __restrict__ src, fr_t* __restrict__ dst, uint32_t log_n, uint32_t done,
+                      uint32_t k, uint32_t log_t, const fr_t* __restrict__ small,
+                      const fr_t* __restrict__ direct, const fr_t* __restrict__ tw_hi,
+                      const fr_t* __restrict__ tw_lo, const fr_t* __restrict__ coset_hi,
+                      const fr_t* __restrict__ coset_lo) {
+    const ntt::Roots w{small, direct, tw_hi, tw_lo, coset_hi, coset_lo};
+    ntt::dif_pass<false>(src, dst, log_n, done, k, log_t, w, ntt::OutFactor{});
+}
+
+// The last pass of a transform with the bit reversal and its output factor fused in
+// (dst must not overlap src): out[brev(i)] = pass(src)[i] · factor(brev(i)).
+extern "C" __global__ void __launch_bounds__(128, 5)
+    ntt_dif_pass_brev(const fr_t* __restrict__ src, fr_t* __restrict__ dst, uint32_t log_n, uint32_t done,
+                      uint32_t k, uint32_t log_t, const fr_t* __restrict__ small,
+                      const fr_t* __restrict__ direct, const fr_t* __restrict__ tw_hi,
+                      const fr_t* __restrict__ tw_lo, const fr_t* __restrict__ coset_hi,
+                      const fr_t* __restrict__ coset_lo, uint32_t has_scale, fr_t scale,
+                      const fr_t* __restrict__ out_hi, const fr_t* __restrict__ out_lo) {
+    const ntt::Roots w{small, direct, tw_hi, tw_lo, coset_hi, coset_lo};
+    const ntt::OutFactor out{has_scale != 0, scale, out_hi, out_lo};
+    ntt::dif_pass<true>(src, dst, log_n, done, k, log_t, w, out);
 }
 
 extern "C" __global__ void ntt_bitrev_scale(fr_t* __restrict__ data, uint32_t log_n,

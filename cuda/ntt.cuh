@@ -10,7 +10,8 @@
 // the four-step twiddle w_M^(lo·k1). The last pass has c = 0 and no twiddle. The
 // result is the DFT in bit-reversed order; the bit-reversal pass (`bitrev_tiled`, or
 // `bitrev_scale` below 2^8 points) permutes it to natural order and applies the
-// per-index scale of the variant.
+// per-index scale of the variant. With a scratch buffer (dif_pass<BREV = true>) the
+// last pass writes each output to its bit-reversed index itself, out of place.
 //
 // Within a pass, the k stages run in groups of at most MAX_GROUP = 2 (`stage_group`):
 // each thread loads the 2^R rows that a group of R stages mixes, runs the R stages in
@@ -52,12 +53,24 @@ __device__ __forceinline__ uint32_t brev(uint32_t x, uint32_t bits) {
 }
 
 // Where one block works: a tile of 2^k rows × 2^log_t consecutive columns of one
-// sub-problem, row r and column col at data[base + (r << c) + col].
+// sub-problem, row r and column col at index base + (r << c) + col of src (read by
+// the pass's first stage group) and dst (written by its last). src == dst in place.
 struct Tile {
-    fr_t* data;
+    const fr_t* src;
+    fr_t* dst;
     size_t base;
-    uint32_t log_m, c, k, log_t;
+    uint32_t log_n, log_m, c, k, log_t;
     uint32_t lo0;  // the sub-problem column of the tile's column 0
+};
+
+// The per-index output factor of a transform's last step (see bitrev_scale): scale
+// (if has_scale) times the hi·lo table power of the output index (if hi != null).
+struct OutFactor {
+    bool has_scale;
+    fr_t scale;
+    const fr_t* hi;
+    const fr_t* lo;
+    __device__ __forceinline__ bool any() const { return has_scale || hi != nullptr; }
 };
 
 // The tables one pass reads (null coset pointers: not a coset input pass).
@@ -78,15 +91,25 @@ __device__ __forceinline__ fr_t four_step(const Tile& t, const Roots& w, uint32_
     return v * table_pow(w.tw_hi, w.tw_lo, e << (MAX_LOG_N - t.log_m));
 }
 
+// The output factor of index idx written by the bit reversal (see bitrev_scale).
+__device__ __forceinline__ fr_t bitrev_factor(uint32_t idx, bool has_scale, const fr_t& scale,
+                                              const fr_t* __restrict__ hi,
+                                              const fr_t* __restrict__ lo) {
+    fr_t f = has_scale ? scale : fr_t::one();
+    if (hi != nullptr) f = has_scale ? f * table_pow(hi, lo, idx) : table_pow(hi, lo, idx);
+    return f;
+}
+
 // Stages first..first+R-1 of the tile's k-stage DIF. Virtual thread v owns column
 // col and the rows row0 + (i << d), i < 2^R, d = k - first - R: exactly the rows those
 // stages mix, disjoint from every other virtual thread's, so the group needs no
 // synchronization inside. FIRST reads global memory (and applies the coset powers),
 // LAST (d = 0) writes global memory with the four-step twiddle; other groups read and
-// write the shared tile.
-template <int R, bool FIRST, bool LAST>
+// write the shared tile. BREV (the transform's last pass, out of place): LAST writes
+// index i to dst[brev(i)] times the output factor, the bit reversal fused in.
+template <int R, bool FIRST, bool LAST, bool BREV = false>
 __device__ __forceinline__ void stage_group(const Tile& t, fr_t* smem, const Roots& w,
-                                            uint32_t first) {
+                                            uint32_t first, const OutFactor& out = OutFactor{}) {
     constexpr int ROWS = 1 << R;
     const uint32_t d = t.k - first - R;  // LAST: 0
     const uint32_t small_shift = MAX_PASS_LOG - t.k;
@@ -102,7 +125,7 @@ __device__ __forceinline__ void stage_group(const Tile& t, fr_t* smem, const Roo
             const uint32_t row = row0 + ((uint32_t)i << d);
             if (FIRST) {
                 const size_t idx = t.base + ((size_t)row << t.c) + col;
-                x[i] = t.data[idx];
+                x[i] = t.src[idx];
                 if (w.coset_hi != nullptr)  // coset input: coefficient idx times g^idx
                     x[i] = x[i] * table_pow(w.coset_hi, w.coset_lo, (uint32_t)idx);
             } else {
@@ -135,8 +158,15 @@ __device__ __forceinline__ void stage_group(const Tile& t, fr_t* smem, const Roo
 #pragma unroll
         for (int i = 0; i < ROWS; i++) {
             const uint32_t row = row0 + ((uint32_t)i << d);
-            if (LAST) t.data[t.base + ((size_t)row << t.c) + col] = x[i];
-            else smem[(row << t.log_t) + col] = x[i];
+            const size_t idx = t.base + ((size_t)row << t.c) + col;
+            if (LAST && BREV) {
+                const uint32_t j = brev((uint32_t)idx, t.log_n);
+                t.dst[j] = out.any() ? x[i] * bitrev_factor(j, out.has_scale, out.scale, out.hi, out.lo) : x[i];
+            } else if (LAST) {
+                t.dst[idx] = x[i];
+            } else {
+                smem[(row << t.log_t) + col] = x[i];
+            }
         }
     }
 }
@@ -147,31 +177,40 @@ __device__ __forceinline__ uint32_t first_group(uint32_t k) {
     return rem == 0 ? MAX_GROUP : rem;
 }
 
-// One pass of k DIF stages. Tile: 2^k rows × T = 2^log_t consecutive columns. A block
-// holds blockDim.y tiles (several small sub-problems in the last pass, where c = 0),
-// tile number blockIdx.x·blockDim.y + threadIdx.y; dynamic shared memory 2^k·T fr_t
-// per tile (unused when k <= MAX_GROUP).
-__device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n, uint32_t done,
-                                         uint32_t k, uint32_t log_t, const Roots& w) {
+// One pass of k DIF stages from src to dst (equal: in place). Tile: 2^k rows × T =
+// 2^log_t consecutive columns. A block holds blockDim.y tiles (several small
+// sub-problems in the last pass, where c = 0), tile number blockIdx.x·blockDim.y +
+// threadIdx.y; dynamic shared memory 2^k·T fr_t per tile (unused when k <= MAX_GROUP).
+//
+// BREV: the transform's last pass (c = 0, one column), writing each output to its
+// bit-reversed index in dst, which must not overlap src. Tile number q takes the
+// sub-problem brev(q), so that a block's consecutive tiles write consecutive indices
+// (brev(sub·2^k + row) = brev_k(row)·2^(log_n-k) + q).
+template <bool BREV>
+__device__ __forceinline__ void dif_pass(const fr_t* src, fr_t* dst, uint32_t log_n, uint32_t done,
+                                         uint32_t k, uint32_t log_t, const Roots& w,
+                                         const OutFactor& out) {
     static_assert(MAX_GROUP == 2, "the group dispatch below covers groups of 1 and 2 stages");
     extern __shared__ fr_t smem_all[];
     fr_t* smem = smem_all + ((size_t)threadIdx.y << (k + log_t));
     const uint32_t tile = blockIdx.x * blockDim.y + threadIdx.y;
     Tile t;
-    t.data = data;
+    t.src = src;
+    t.dst = dst;
+    t.log_n = log_n;
     t.log_m = log_n - done;
     t.k = k;
     t.c = t.log_m - k;
     t.log_t = log_t;
     const uint32_t log_groups = t.c - log_t;  // column groups per sub-problem
-    const size_t sub = tile >> log_groups;
-    t.lo0 = (tile & ((1u << log_groups) - 1)) << log_t;
+    const size_t sub = BREV ? brev(tile, log_n - k) : tile >> log_groups;
+    t.lo0 = BREV ? 0 : (tile & ((1u << log_groups) - 1)) << log_t;
     t.base = (sub << t.log_m) + t.lo0;
 
     const uint32_t r0 = first_group(k);
     if (r0 == k) {  // a single group: global to global
-        if (k == 1) stage_group<1, true, true>(t, smem, w, 0);
-        else stage_group<2, true, true>(t, smem, w, 0);
+        if (k == 1) stage_group<1, true, true, BREV>(t, smem, w, 0, out);
+        else stage_group<2, true, true, BREV>(t, smem, w, 0, out);
         return;
     }
     if (r0 == 1) stage_group<1, true, false>(t, smem, w, 0);
@@ -182,16 +221,7 @@ __device__ __forceinline__ void dif_pass(fr_t* __restrict__ data, uint32_t log_n
         stage_group<2, false, false>(t, smem, w, first);
     }
     __syncthreads();
-    stage_group<2, false, true>(t, smem, w, first);
-}
-
-// The output factor of index idx in the bit-reversal passes (see bitrev_scale).
-__device__ __forceinline__ fr_t bitrev_factor(uint32_t idx, bool has_scale, const fr_t& scale,
-                                              const fr_t* __restrict__ hi,
-                                              const fr_t* __restrict__ lo) {
-    fr_t f = has_scale ? scale : fr_t::one();
-    if (hi != nullptr) f = has_scale ? f * table_pow(hi, lo, idx) : table_pow(hi, lo, idx);
-    return f;
+    stage_group<2, false, true, BREV>(t, smem, w, first, out);
 }
 
 // In-place bit-reversal permutation with a per-index factor on the output:

@@ -2,9 +2,11 @@
 //!
 //! GPU only: without a GPU every test fails (the CPU profile filters `gpu_*` out).
 //! The transforms are in place, so there is no separate output to poison: a skipped
-//! element keeps its input value and mismatches the reference. Every check runs twice
-//! on the same input (a result that moves is a race) and synchronizes with the CUDA
-//! error check. Inputs are seeded; set TWOLOCK_TEST_SEED to vary them.
+//! element keeps its input value and mismatches the reference. `ntt_with_scratch`
+//! gets a scratch poisoned with 0xff bytes (not a reduced scalar), so a read of a
+//! scratch element that no pass wrote fails the download's reduction check or the
+//! comparison. Every check runs each variant more than once on the same input (a
+//! result that moves is a race) and synchronizes with the CUDA error check. Inputs are seeded; set TWOLOCK_TEST_SEED to vary them.
 #![cfg(feature = "cuda")]
 
 use std::sync::{Arc, OnceLock};
@@ -13,13 +15,15 @@ use ark_ff::{FftField, UniformRand, Zero};
 use ark_groth16::r1cs_to_qap::{evaluate_constraint, LibsnarkReduction, R1CSToQAP};
 use ark_poly::{EvaluationDomain, Radix2EvaluationDomain};
 use ark_relations::gr1cs::Matrix;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, DevicePtrMut};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use twolock::device::cuda::layout::{fr_as_dev, fr_from_dev};
 use twolock::device::cuda::witness_map::witness_map_cpu;
-use twolock::device::cuda::{bench_ntt, ntt, witness_map, CudaError, DevFr, Gpu, NttKind};
+use twolock::device::cuda::{
+    bench_ntt, ntt, ntt_with_scratch, witness_map, CudaError, DevFr, Gpu, NttKind,
+};
 use twolock::Fr;
 
 type Domain = Radix2EvaluationDomain<Fr>;
@@ -67,12 +71,33 @@ fn download(
         .collect()
 }
 
-/// One transform on a fresh buffer and stream: upload, transform, sync, download.
-fn gpu_transform(input: &[Fr], kind: NttKind) -> Vec<Fr> {
+/// A device buffer of n scalars filled with 0xff bytes (above the modulus).
+fn poisoned(s: &Arc<CudaStream>, n: usize) -> cudarc::driver::CudaSlice<DevFr> {
+    let mut buf = s.alloc_zeros::<DevFr>(n).expect("alloc scratch");
+    {
+        let (ptr, _record) = buf.device_ptr_mut(s);
+        // SAFETY: fills the n·32 bytes of a live buffer on its own stream.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xff, n * 32, s.cu_stream()) }
+            .expect("poison scratch");
+    }
+    buf
+}
+
+/// One transform on a fresh buffer and stream: upload, transform (in place, or with a
+/// poisoned scratch), sync, download.
+fn gpu_transform(input: &[Fr], kind: NttKind, with_scratch: bool) -> Vec<Fr> {
     let s = gpu().new_stream().expect("stream");
     let mut buf = s.clone_htod(fr_as_dev(input)).expect("upload");
-    ntt(gpu(), &s, &mut buf, kind).expect("ntt launch");
-    gpu().sync(&s, "ntt").expect("ntt");
+    if with_scratch {
+        let mut scratch = poisoned(&s, input.len());
+        ntt_with_scratch(gpu(), &s, &mut buf, &mut scratch, kind).expect("ntt launch");
+        gpu()
+            .sync(&s, "ntt with scratch")
+            .expect("ntt with scratch");
+    } else {
+        ntt(gpu(), &s, &mut buf, kind).expect("ntt launch");
+        gpu().sync(&s, "ntt").expect("ntt");
+    }
     download(&s, &buf, "ntt")
 }
 
@@ -87,16 +112,21 @@ fn cpu_transform(input: &[Fr], kind: NttKind) -> Vec<Fr> {
     }
 }
 
-/// GPU `kind` of `input` equals `want`, twice.
+/// GPU `kind` of `input` equals `want`, in place and with a scratch, each twice (once
+/// each above 2^20, where a run moves gigabytes).
 fn check(input: &[Fr], kind: NttKind, want: &[Fr]) {
     let n = input.len();
-    for run in 0..2 {
-        let got = gpu_transform(input, kind);
-        if got != want {
-            let first = got.iter().zip(want).position(|(g, w)| g != w).unwrap_or(0);
-            panic!(
-                "{kind:?} of size {n} differs from ark-poly (run {run}), first at index {first}"
-            );
+    let runs = if n <= 1 << 20 { 2 } else { 1 };
+    for run in 0..runs {
+        for with_scratch in [false, true] {
+            let got = gpu_transform(input, kind, with_scratch);
+            if got != want {
+                let first = got.iter().zip(want).position(|(g, w)| g != w).unwrap_or(0);
+                panic!(
+                    "{kind:?} of size {n} (scratch: {with_scratch}) differs from ark-poly \
+                     (run {run}), first at index {first}"
+                );
+            }
         }
     }
 }
@@ -185,7 +215,7 @@ fn gpu_ntt_concurrent_streams() {
         std::thread::scope(|scope| {
             for (i, (x, kind, want)) in cases.iter().enumerate() {
                 scope.spawn(move || {
-                    let got = gpu_transform(x, *kind);
+                    let got = gpu_transform(x, *kind, i % 2 == 1);
                     assert!(
                         got == *want,
                         "thread job {i} ({kind:?}, 2^{}) run {run}",
@@ -204,8 +234,24 @@ fn gpu_ntt_concurrent_streams() {
             .zip(&streams)
             .map(|((x, _, _), s)| s.clone_htod(fr_as_dev(x)).expect("upload"))
             .collect();
-        for (((_, kind, _), s), buf) in cases.iter().zip(&streams).zip(&mut bufs) {
-            ntt(gpu(), s, buf, *kind).expect("launch");
+        // Every other job with its own scratch.
+        let mut scratches: Vec<_> = cases
+            .iter()
+            .zip(&streams)
+            .map(|((x, _, _), s)| poisoned(s, x.len()))
+            .collect();
+        for (i, ((((_, kind, _), s), buf), scratch)) in cases
+            .iter()
+            .zip(&streams)
+            .zip(&mut bufs)
+            .zip(&mut scratches)
+            .enumerate()
+        {
+            if i % 2 == 0 {
+                ntt_with_scratch(gpu(), s, buf, scratch, *kind).expect("launch");
+            } else {
+                ntt(gpu(), s, buf, *kind).expect("launch");
+            }
         }
         for (((_, kind, want), s), buf) in cases.iter().zip(&streams).zip(&bufs) {
             gpu().sync(s, "concurrent ntt").expect("sync");
@@ -227,6 +273,12 @@ fn gpu_ntt_rejects_bad_sizes() {
     ));
     let mut one = s.alloc_zeros::<DevFr>(1).expect("alloc");
     ntt(gpu(), &s, &mut one, NttKind::CosetInverse).expect("size 1 is the identity");
+    let mut data = s.alloc_zeros::<DevFr>(1 << 12).expect("alloc");
+    let mut short = s.alloc_zeros::<DevFr>((1 << 12) - 1).expect("alloc");
+    assert!(matches!(
+        ntt_with_scratch(gpu(), &s, &mut data, &mut short, NttKind::Forward),
+        Err(CudaError::InvalidInput(m)) if m.contains("scratch")
+    ));
     gpu().sync(&s, "bad sizes").expect("clean error state");
 }
 
@@ -344,5 +396,6 @@ fn gpu_bench_ntt_smoke() {
             "{x:?}"
         );
         assert!(x.copy_gbps > 0.0 && x.fr_mul_per_s > 0.0, "{x:?}");
+        assert!(x.scratch_median_ms > 0.0, "{x:?}");
     }
 }

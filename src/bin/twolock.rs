@@ -823,9 +823,10 @@ mod kernels {
             let peer = peer_ntt(t.log_n, k.runs)?;
             let ratio = peer.map(|p| t.median_ms / p);
             eprintln!(
-                "  2^{}: {:.3} ms (sppark {})",
+                "  2^{}: {:.3} ms, with scratch {:.3} ms (sppark {})",
                 t.log_n,
                 t.median_ms,
+                t.scratch_median_ms,
                 or_dash(peer, 3, " ms")
             );
             rows.push(json!({
@@ -833,6 +834,7 @@ mod kernels {
                 "ours": t,
                 "sppark_ms": peer,
                 "ours_over_sppark": ratio,
+                "scratch_over_sppark": peer.map(|p| t.scratch_median_ms / p),
             }));
         }
         let out = json!({ "gpu": gpu.name(), "kernels": KERNELS, "runs": k.runs, "rows": rows });
@@ -845,8 +847,16 @@ mod kernels {
                 k.runs.max(10)
             );
             println!(
-                "{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
-                "log n", "ours ms", "mem floor", "mul floor", "copy GB/s", "sppark ms", "ratio"
+                "{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
+                "log n",
+                "ours ms",
+                "scratch ms",
+                "mem floor",
+                "mul floor",
+                "copy GB/s",
+                "sppark ms",
+                "ratio",
+                "scr/spk"
             );
             for t in &ours {
                 let p = rows
@@ -854,14 +864,16 @@ mod kernels {
                     .find(|r| r["log_n"] == t.log_n)
                     .and_then(|r| r["sppark_ms"].as_f64());
                 println!(
-                    "{:>5} {:>10.3} {:>10.3} {:>10.3} {:>10.0} {:>10} {:>8}",
+                    "{:>5} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.0} {:>10} {:>8} {:>8}",
                     t.log_n,
                     t.median_ms,
+                    t.scratch_median_ms,
                     t.memory_floor_ms,
                     t.mul_floor_ms,
                     t.copy_gbps,
                     or_dash(p, 3, ""),
                     or_dash(p.map(|p| t.median_ms / p), 2, ""),
+                    or_dash(p.map(|p| t.scratch_median_ms / p), 2, ""),
                 );
             }
         }

@@ -23,7 +23,7 @@ pub use device::{CudaDevice, MeasuredFootprint, SqueezeLevel};
 
 pub use context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 pub use layout::{DevFq, DevFr, DevG1Affine, DevG1Xyzz};
-pub use ntt::{bench_ntt, ntt, NttKind, NttTiming};
+pub use ntt::{bench_ntt, ntt, ntt_with_scratch, NttKind, NttTiming};
 pub use witness_map::witness_map;
 
 /// The embedded kernels: one fatbin (sm_90 and sm_80 SASS, compute_90 PTX) per

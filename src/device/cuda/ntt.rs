@@ -17,7 +17,10 @@
 //! (four-step decomposition, twiddles between passes; inside a pass each thread runs
 //! groups of up to two stages in registers), then one bit-reversal pass, in 16×16
 //! tiles so that it reads and writes whole 512-byte runs, that also applies n^-1 and
-//! the coset powers.
+//! the coset powers. [`ntt_with_scratch`] takes a caller's buffer of n scalars instead
+//! and saves that pass: the first DIF pass writes the scratch and the last one writes
+//! each output straight to its bit-reversed index in the caller's buffer (the
+//! witness map's last transform does this with a buffer it no longer needs).
 
 use std::sync::{Arc, OnceLock};
 
@@ -35,6 +38,8 @@ pub const MODULE: &str = "ntt";
 /// Kernel names in [`MODULE`].
 pub mod kernel {
     pub const DIF_PASS: &str = "ntt_dif_pass";
+    pub const DIF_PASS_COPY: &str = "ntt_dif_pass_copy";
+    pub const DIF_PASS_BREV: &str = "ntt_dif_pass_brev";
     pub const BITREV_SCALE: &str = "ntt_bitrev_scale";
     pub const BITREV_TILED: &str = "ntt_bitrev_tiled";
     pub const QAP_DIVIDE: &str = "qap_divide";
@@ -302,26 +307,55 @@ pub fn ntt<B: DevicePtrMut<DevFr>>(
     let (ptr, _record) = data.device_ptr_mut(stream);
     // SAFETY: `ptr` is a live device buffer of exactly 2^log_n values; `_record`
     // keeps cudarc's event tracking alive until every launch below is enqueued.
-    unsafe { transform_raw(gpu, stream, ptr, log_n, Steps::of_kind(kind)) }
+    unsafe { transform_raw(gpu, stream, ptr, log_n, Steps::of_kind(kind), None) }
 }
 
-/// Enqueues one transform on the raw buffer `ptr` of 2^log_n scalars.
+/// [`ntt`] with a scratch buffer of at least `data.len()` scalars, which it
+/// overwrites: the first pass writes the scratch and the last pass writes `data` in
+/// natural order, so the bit reversal costs no memory pass of its own. The result is
+/// the same as [`ntt`]'s; the price is the scratch's memory.
+pub fn ntt_with_scratch<B: DevicePtrMut<DevFr>, S: DevicePtrMut<DevFr>>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    data: &mut B,
+    scratch: &mut S,
+    kind: NttKind,
+) -> Result<(), CudaError> {
+    let log_n = log_size(data.len())?;
+    if scratch.len() < data.len() {
+        return Err(CudaError::InvalidInput(format!(
+            "NTT scratch of {} scalars for a transform of {}",
+            scratch.len(),
+            data.len()
+        )));
+    }
+    let (ptr, _record) = data.device_ptr_mut(stream);
+    let (tmp, _tmp_record) = scratch.device_ptr_mut(stream);
+    // SAFETY: two distinct live buffers (both borrowed mutably), `tmp` of at least
+    // 2^log_n values; the records live until every launch is enqueued.
+    unsafe { transform_raw(gpu, stream, ptr, log_n, Steps::of_kind(kind), Some(tmp)) }
+}
+
+/// Enqueues one transform on the raw buffer `ptr` of 2^log_n scalars. With a
+/// `scratch` (and at least two passes) the passes run `ptr` → scratch → … → `ptr`, the
+/// last one writing bit-reversed with the output factors; otherwise in place, then
+/// the bit-reversal pass.
 ///
 /// # Safety
-/// `ptr` must address 2^log_n `DevFr` that stay allocated until the work completes,
-/// and no other stream may touch them meanwhile.
+/// `ptr` (and `scratch`, if any) must address 2^log_n `DevFr` that stay allocated until
+/// the work completes, must not overlap, and no other stream may touch them meanwhile.
 pub(crate) unsafe fn transform_raw(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     ptr: CUdeviceptr,
     log_n: u32,
     steps: Steps,
+    scratch: Option<CUdeviceptr>,
 ) -> Result<(), CudaError> {
     if log_n == 0 {
         return Ok(()); // every variant is the identity on one point (g^0 = 1, 1/n = 1)
     }
     let tables = gpu.ntt_tables.get(gpu)?;
-    let dif = gpu.function(MODULE, kernel::DIF_PASS)?;
     let (small, direct, tw) = if steps.inverse {
         (&tables.small_inv, &tables.direct_inv, &tables.tw_inv)
     } else {
@@ -329,16 +363,50 @@ pub(crate) unsafe fn transform_raw(
     };
     let (small, direct) = (small.raw(), direct.raw());
     let (tw_hi, tw_lo) = (tw[0].raw(), tw[1].raw());
-    for (p, pass) in plan(log_n).into_iter().enumerate() {
+    let scale = Fr::from(1u64 << log_n)
+        .inverse()
+        .ok_or_else(|| CudaError::InvalidInput("n is zero in Fr".into()))?;
+    let scale = steps.scale_n_inv.then_some(scale);
+    let per_index = match steps.coset_out {
+        None => None,
+        Some(false) => Some(&tables.coset),
+        Some(true) => Some(&tables.coset_inv),
+    };
+    let passes = plan(log_n);
+    let fused = scratch.filter(|_| passes.len() >= 2);
+    let last = passes.len() - 1;
+    for (p, pass) in passes.into_iter().enumerate() {
         let (coset_hi, coset_lo): (CUdeviceptr, CUdeviceptr) = if steps.coset_in && p == 0 {
             (tables.coset[0].raw(), tables.coset[1].raw())
         } else {
             (0, 0)
         };
         let cfg = dif_launch(log_n, pass);
-        let mut args = stream.launch_builder(&dif);
-        args.arg(&ptr)
-            .arg(&log_n)
+        let name = match (fused, p) {
+            (None, _) => kernel::DIF_PASS,
+            (Some(_), 0) => kernel::DIF_PASS_COPY,
+            (Some(_), p) if p == last => kernel::DIF_PASS_BREV,
+            (Some(_), _) => kernel::DIF_PASS,
+        };
+        // In place on `ptr`; fused: ptr → scratch, scratch in place, scratch → ptr.
+        let (src, dst) = match (fused, p) {
+            (None, _) => (ptr, ptr),
+            (Some(tmp), 0) => (ptr, tmp),
+            (Some(tmp), p) if p == last => (tmp, ptr),
+            (Some(tmp), _) => (tmp, tmp),
+        };
+        let has_scale = u32::from(scale.is_some());
+        let scale_dev = fr_to_dev(&scale.unwrap_or(Fr::one()));
+        let (out_hi, out_lo): (CUdeviceptr, CUdeviceptr) =
+            per_index.map_or((0, 0), |t| (t[0].raw(), t[1].raw()));
+        let f = gpu.function(MODULE, name)?;
+        let mut args = stream.launch_builder(&f);
+        if name == kernel::DIF_PASS {
+            args.arg(&src);
+        } else {
+            args.arg(&src).arg(&dst);
+        }
+        args.arg(&log_n)
             .arg(&pass.done)
             .arg(&pass.k)
             .arg(&pass.log_t)
@@ -348,29 +416,23 @@ pub(crate) unsafe fn transform_raw(
             .arg(&tw_lo)
             .arg(&coset_hi)
             .arg(&coset_lo);
-        // SAFETY: matches `ntt_dif_pass(fr_t*, u32, u32, u32, u32, const fr_t* x6)`;
-        // tables live as long as `gpu`, data per the caller's contract.
-        unsafe { gpu.launch(kernel::DIF_PASS, &mut args, cfg) }?;
+        if name == kernel::DIF_PASS_BREV {
+            args.arg(&has_scale)
+                .arg(&scale_dev)
+                .arg(&out_hi)
+                .arg(&out_lo);
+        }
+        // SAFETY: the arguments match `ntt_dif_pass(fr_t*, u32 x4, const fr_t* x6)`,
+        // `ntt_dif_pass_copy(const fr_t*, fr_t*, u32 x4, const fr_t* x6)` and
+        // `ntt_dif_pass_brev(…, u32, fr_t, const fr_t* x2)`; tables live as long as
+        // `gpu`, the buffers per the caller's contract.
+        unsafe { gpu.launch(name, &mut args, cfg) }?;
     }
-    let scale = Fr::from(1u64 << log_n)
-        .inverse()
-        .ok_or_else(|| CudaError::InvalidInput("n is zero in Fr".into()))?;
-    let per_index = match steps.coset_out {
-        None => None,
-        Some(false) => Some(&tables.coset),
-        Some(true) => Some(&tables.coset_inv),
-    };
+    if fused.is_some() {
+        return Ok(());
+    }
     // SAFETY: forwarded contract.
-    unsafe {
-        bitrev_raw(
-            gpu,
-            stream,
-            ptr,
-            log_n,
-            steps.scale_n_inv.then_some(scale),
-            per_index,
-        )
-    }
+    unsafe { bitrev_raw(gpu, stream, ptr, log_n, scale, per_index) }
 }
 
 /// Enqueues the bit-reversal pass with output factor `scale · t^i`, where the table
@@ -437,8 +499,15 @@ pub(crate) unsafe fn ifft_then_coset_fft_raw(
     };
     // SAFETY: forwarded contract.
     unsafe {
-        transform_raw(gpu, stream, ptr, log_n, to_coeffs)?;
-        transform_raw(gpu, stream, ptr, log_n, Steps::of_kind(NttKind::Forward))
+        transform_raw(gpu, stream, ptr, log_n, to_coeffs, None)?;
+        transform_raw(
+            gpu,
+            stream,
+            ptr,
+            log_n,
+            Steps::of_kind(NttKind::Forward),
+            None,
+        )
     }
 }
 
@@ -484,6 +553,9 @@ pub struct NttTiming {
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
+    /// [`ntt_with_scratch`] (the bit reversal fused into the last pass), median over
+    /// the same number of runs.
+    pub scratch_median_ms: f64,
     /// Device-to-device copy of the same 2^log_n scalars (one read and one write of
     /// the array), median: the time of one memory pass.
     pub copy_ms: f64,
@@ -500,8 +572,9 @@ pub struct NttTiming {
 }
 
 /// Times the forward NTT at each size on a fresh stream: `runs` (at least 10) timed
-/// launches after two warm-ups, CUDA events, median reported, with the memory and
-/// multiplication floors measured on the same device.
+/// launches after two warm-ups, CUDA events, median reported, for [`ntt`] (in place)
+/// and [`ntt_with_scratch`], with the memory and multiplication floors (of [`ntt`])
+/// measured on the same device.
 pub fn bench_ntt(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<NttTiming>, CudaError> {
     let runs = runs.max(10);
     let stream = gpu.new_stream()?;
@@ -534,6 +607,17 @@ pub fn bench_ntt(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<NttTim
                 times.push(ms);
             }
         }
+        let mut scratch_times = Vec::with_capacity(runs);
+        let mut scratch = gpu.alloc_async::<DevFr>(&stream, n)?;
+        for run in 0..runs + 2 {
+            let ms = time_on_stream(gpu, &stream, || {
+                ntt_with_scratch(gpu, &stream, &mut data, &mut scratch, NttKind::Forward)
+            })?;
+            if run >= 2 {
+                scratch_times.push(ms);
+            }
+        }
+        scratch.free()?;
         let mut copies = Vec::with_capacity(runs);
         for run in 0..runs + 1 {
             let ms = time_on_stream(gpu, &stream, || {
@@ -558,6 +642,7 @@ pub fn bench_ntt(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<NttTim
             median_ms,
             min_ms: times.first().copied().unwrap_or(0.0),
             max_ms: times.last().copied().unwrap_or(0.0),
+            scratch_median_ms: median(&mut scratch_times),
             copy_ms,
             copy_gbps: if copy_ms > 0.0 {
                 2.0 * (n * 32) as f64 / (copy_ms * 1e6)

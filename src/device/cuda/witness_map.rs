@@ -7,10 +7,10 @@
 //!    fused into one bit-reversal pass);
 //! 2. a ← (a·b − c) · Z(g)^-1, where Z(g) = g^n − 1 is the vanishing polynomial of D on
 //!    the coset (a constant);
-//! 3. a ← gD.ifft(a).
+//! 3. a ← gD.ifft(a), with b as the transform's scratch.
 //!
-//! h (n coefficients, as arkworks returns) is left in `a`; `b` and `c` are
-//! overwritten with their coset evaluations. All work is enqueued on `stream`; the
+//! h (n coefficients, as arkworks returns) is left in `a`; `b` is overwritten and `c`
+//! holds its coset evaluations. All work is enqueued on `stream`; the
 //! call returns before it completes.
 
 use std::sync::Arc;
@@ -85,12 +85,15 @@ where
         let mut args = stream.launch_builder(&divide);
         args.arg(&pa).arg(&pb).arg(&pc).arg(&z_inv).arg(&n64);
         gpu.launch(kernel::QAP_DIVIDE, &mut args, grid_1d(n, 256)?)?;
+        // b is free once the quotient is in a: the last transform uses it as its
+        // scratch and writes h in natural order with no separate bit-reversal pass.
         ntt::transform_raw(
             gpu,
             stream,
             pa,
             log_n,
             ntt::Steps::of_kind(NttKind::CosetInverse),
+            Some(pb),
         )?;
     }
     Ok(())
