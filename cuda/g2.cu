@@ -3,7 +3,7 @@
 // over fp2_t (G2: y^2 = x^3 + 4(u + 1), a = 0, so curve.cuh's formulas apply as they
 // are). The Pippenger stages read the sorted entries of a G1 split MSM on the same
 // scalars (B_G1's, for B_G2): the digits and the sort are scalar work, done once.
-// Host side: src/device/cuda/g2.rs and msm.rs (kernel names there).
+// Host side: src/device/cuda/g2.rs and msm/ (kernel names there).
 #include "fp2.cuh"
 #include "msm.cuh"
 

@@ -1,8 +1,8 @@
 // G1 multi-scalar multiplication kernels over BLS12-381: msm.cuh instantiated for
-// fr_t scalars and g1 points. Host side: src/device/cuda/msm.rs (kernel names there).
+// fr_t scalars and g1 points. Host side: src/device/cuda/msm/ (kernel names in msm/mod.rs).
 #include "msm.cuh"
 
-// Block sizes; msm.rs launches with the same numbers.
+// Block sizes; msm/mod.rs launches with the same numbers.
 #define MSM_BLOCK_LIGHT 256  // integer-only stages
 #define MSM_BLOCK_POINT 128  // stages that add points (high register use)
 

@@ -2,7 +2,7 @@
 // types of curve.cuh. msm.cu instantiates them for G1 and exports the kernels; g2.cu
 // instantiates batch_add_bitmap and sum_chunks for G2 (over fp2_t).
 //
-// Pipeline (one kernel per stage; the host in src/device/cuda/msm.rs drives it for a
+// Pipeline (one kernel per stage; the host in src/device/cuda/msm/ drives it for a
 // group of windows at a time):
 //
 //   (a) from_montgomery   Montgomery-form Fr (arkworks bytes) -> canonical integer < r.
@@ -21,7 +21,7 @@
 //   (d) reduce_buckets    per window, sum_j j*B_j by running sums over groups of L
 //                         buckets, each group then scaled by its offset; sum_chunks folds
 //                         the groups to one point per window.
-//   (e) the combination Σ_w 2^(cw)·W_w runs on the host (msm.rs `combine_windows`):
+//   (e) the combination Σ_w 2^(cw)·W_w runs on the host (msm/ `combine_windows`):
 //                         one chain of ~255 dependent doublings is latency-bound on one
 //                         GPU thread (8.6 ms) and takes ~0.1 ms on a CPU core.
 //
