@@ -3,7 +3,7 @@
 //! GPU only: without a GPU every test fails (the CPU profile filters `gpu_*` out).
 //! The transforms are in place, so there is no separate output to poison: a skipped
 //! element keeps its input value and mismatches the reference. `ntt_with_scratch`
-//! gets a scratch poisoned with 0xff bytes (not a reduced scalar), so a read of a
+//! gets a scratch poisoned with 0xA5 bytes (not a reduced scalar), so a read of a
 //! scratch element that no pass wrote fails the download's reduction check or the
 //! comparison. Every check runs each variant more than once on the same input (a
 //! result that moves is a race) and synchronizes with the CUDA error check. Inputs are seeded; set TWOLOCK_TEST_SEED to vary them.
@@ -15,7 +15,7 @@ use ark_ff::{FftField, UniformRand, Zero};
 use ark_groth16::r1cs_to_qap::{evaluate_constraint, LibsnarkReduction, R1CSToQAP};
 use ark_poly::{EvaluationDomain, Radix2EvaluationDomain};
 use ark_relations::gr1cs::Matrix;
-use cudarc::driver::{CudaStream, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
@@ -71,15 +71,10 @@ fn download(
         .collect()
 }
 
-/// A device buffer of n scalars filled with 0xff bytes (above the modulus).
+/// A device buffer of n scalars poisoned by `Gpu::poison` (0xA5 bytes, above the modulus).
 fn poisoned(s: &Arc<CudaStream>, n: usize) -> cudarc::driver::CudaSlice<DevFr> {
     let mut buf = s.alloc_zeros::<DevFr>(n).expect("alloc scratch");
-    {
-        let (ptr, _record) = buf.device_ptr_mut(s);
-        // SAFETY: fills the n·32 bytes of a live buffer on its own stream.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xff, n * 32, s.cu_stream()) }
-            .expect("poison scratch");
-    }
+    gpu().poison(s, &mut buf).expect("poison scratch");
     buf
 }
 

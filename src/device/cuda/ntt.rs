@@ -372,6 +372,7 @@ pub(crate) unsafe fn transform_raw(
         Some(false) => Some(&tables.coset),
         Some(true) => Some(&tables.coset_inv),
     };
+    let out = OutFactorArgs::new(scale, per_index);
     let passes = plan(log_n);
     let fused = scratch.filter(|_| passes.len() >= 2);
     let last = passes.len() - 1;
@@ -382,23 +383,13 @@ pub(crate) unsafe fn transform_raw(
             (0, 0)
         };
         let cfg = dif_launch(log_n, pass);
-        let name = match (fused, p) {
-            (None, _) => kernel::DIF_PASS,
-            (Some(_), 0) => kernel::DIF_PASS_COPY,
-            (Some(_), p) if p == last => kernel::DIF_PASS_BREV,
-            (Some(_), _) => kernel::DIF_PASS,
-        };
         // In place on `ptr`; fused: ptr → scratch, scratch in place, scratch → ptr.
-        let (src, dst) = match (fused, p) {
-            (None, _) => (ptr, ptr),
-            (Some(tmp), 0) => (ptr, tmp),
-            (Some(tmp), p) if p == last => (tmp, ptr),
-            (Some(tmp), _) => (tmp, tmp),
+        let (name, src, dst) = match (fused, p) {
+            (None, _) => (kernel::DIF_PASS, ptr, ptr),
+            (Some(tmp), 0) => (kernel::DIF_PASS_COPY, ptr, tmp),
+            (Some(tmp), p) if p == last => (kernel::DIF_PASS_BREV, tmp, ptr),
+            (Some(tmp), _) => (kernel::DIF_PASS, tmp, tmp),
         };
-        let has_scale = u32::from(scale.is_some());
-        let scale_dev = fr_to_dev(&scale.unwrap_or(Fr::one()));
-        let (out_hi, out_lo): (CUdeviceptr, CUdeviceptr) =
-            per_index.map_or((0, 0), |t| (t[0].raw(), t[1].raw()));
         let f = gpu.function(MODULE, name)?;
         let mut args = stream.launch_builder(&f);
         if name == kernel::DIF_PASS {
@@ -417,10 +408,7 @@ pub(crate) unsafe fn transform_raw(
             .arg(&coset_hi)
             .arg(&coset_lo);
         if name == kernel::DIF_PASS_BREV {
-            args.arg(&has_scale)
-                .arg(&scale_dev)
-                .arg(&out_hi)
-                .arg(&out_lo);
+            out.push(&mut args);
         }
         // SAFETY: the arguments match `ntt_dif_pass(fr_t*, u32 x4, const fr_t* x6)`,
         // `ntt_dif_pass_copy(const fr_t*, fr_t*, u32 x4, const fr_t* x6)` and
@@ -432,11 +420,39 @@ pub(crate) unsafe fn transform_raw(
         return Ok(());
     }
     // SAFETY: forwarded contract.
-    unsafe { bitrev_raw(gpu, stream, ptr, log_n, scale, per_index) }
+    unsafe { bitrev_raw(gpu, stream, ptr, log_n, &out) }
 }
 
-/// Enqueues the bit-reversal pass with output factor `scale · t^i`, where the table
-/// pair holds the powers of t.
+/// The output factor's kernel arguments `(u32 has_scale, fr_t scale, const fr_t* hi,
+/// const fr_t* lo)`, shared by the bit-reversal kernels and the fused last pass:
+/// `scale · t^i` for output i, where the table pair holds the powers of t.
+struct OutFactorArgs {
+    has_scale: u32,
+    scale: DevFr,
+    hi: CUdeviceptr,
+    lo: CUdeviceptr,
+}
+
+impl OutFactorArgs {
+    fn new(scale: Option<Fr>, per_index: Option<&[DeviceBuffer<DevFr>; 2]>) -> Self {
+        let (hi, lo) = per_index.map_or((0, 0), |t| (t[0].raw(), t[1].raw()));
+        OutFactorArgs {
+            has_scale: u32::from(scale.is_some()),
+            scale: fr_to_dev(&scale.unwrap_or(Fr::one())),
+            hi,
+            lo,
+        }
+    }
+
+    fn push<'a>(&'a self, args: &mut cudarc::driver::LaunchArgs<'a>) {
+        args.arg(&self.has_scale)
+            .arg(&self.scale)
+            .arg(&self.hi)
+            .arg(&self.lo);
+    }
+}
+
+/// Enqueues the bit-reversal pass with the output factor `out`.
 ///
 /// # Safety
 /// As [`transform_raw`].
@@ -445,8 +461,7 @@ unsafe fn bitrev_raw(
     stream: &Arc<CudaStream>,
     ptr: CUdeviceptr,
     log_n: u32,
-    scale: Option<Fr>,
-    per_index: Option<&[DeviceBuffer<DevFr>; 2]>,
+    out: &OutFactorArgs,
 ) -> Result<(), CudaError> {
     // Tiled from 2^(2·BITREV_TILE_LOG) points (coalesced runs), one thread per index below.
     let tiled = log_n >= 2 * BITREV_TILE_LOG;
@@ -464,17 +479,9 @@ unsafe fn bitrev_raw(
         )
     };
     let f = gpu.function(MODULE, name)?;
-    let has_scale = u32::from(scale.is_some());
-    let scale = fr_to_dev(&scale.unwrap_or(Fr::one()));
-    let (hi, lo): (CUdeviceptr, CUdeviceptr) =
-        per_index.map_or((0, 0), |t| (t[0].raw(), t[1].raw()));
     let mut args = stream.launch_builder(&f);
-    args.arg(&ptr)
-        .arg(&log_n)
-        .arg(&has_scale)
-        .arg(&scale)
-        .arg(&hi)
-        .arg(&lo);
+    args.arg(&ptr).arg(&log_n);
+    out.push(&mut args);
     // SAFETY: both kernels are `(fr_t*, u32, u32, fr_t, const fr_t*, const fr_t*)`.
     unsafe { gpu.launch(name, &mut args, cfg) }
 }
@@ -588,7 +595,8 @@ pub fn bench_ntt(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<NttTim
         }
         let n = 1usize << log_n;
         let mut data = gpu.alloc_async::<DevFr>(&stream, n)?;
-        let copy = gpu.alloc_async::<DevFr>(&stream, n)?;
+        // The copy target, and ntt_with_scratch's scratch before the copies run.
+        let mut copy = gpu.alloc_async::<DevFr>(&stream, n)?;
         // The uniform scalars `bench ntt` gives the sppark peer too: the time does not
         // depend on the values, but the two are compared on equal inputs.
         let host: Vec<DevFr> = super::msm::random_scalars(n, u64::from(log_n))
@@ -608,16 +616,14 @@ pub fn bench_ntt(gpu: &Gpu, log_sizes: &[u32], runs: usize) -> Result<Vec<NttTim
             }
         }
         let mut scratch_times = Vec::with_capacity(runs);
-        let mut scratch = gpu.alloc_async::<DevFr>(&stream, n)?;
         for run in 0..runs + 2 {
             let ms = time_on_stream(gpu, &stream, || {
-                ntt_with_scratch(gpu, &stream, &mut data, &mut scratch, NttKind::Forward)
+                ntt_with_scratch(gpu, &stream, &mut data, &mut copy, NttKind::Forward)
             })?;
             if run >= 2 {
                 scratch_times.push(ms);
             }
         }
-        scratch.free()?;
         let mut copies = Vec::with_capacity(runs);
         for run in 0..runs + 1 {
             let ms = time_on_stream(gpu, &stream, || {
