@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{
-    result, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut,
+    result, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
     DeviceSlice, DriverError, LaunchArgs, LaunchConfig, SyncOnDrop,
 };
 use thiserror::Error;
@@ -32,6 +32,7 @@ use thiserror::Error;
 use crate::sync::Mutex;
 
 use super::kernels::{ANCHORS, FATBINS};
+use super::staging::{HostStaging, StagingCounts};
 
 /// Errors of the CUDA layer. Everything a user needs is in the variant.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -86,6 +87,8 @@ pub struct Gpu {
     modules: Vec<ModuleSlot>,
     /// Per-size NTT twiddle tables, computed once per `Gpu` (see `ntt.rs`).
     pub(super) ntt_tables: super::ntt::TwiddleCache,
+    /// Page-locked buffers every host→device copy goes through (see `staging.rs`).
+    staging: HostStaging,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -137,6 +140,7 @@ impl Gpu {
             total_mem,
             modules,
             ntt_tables: Default::default(),
+            staging: HostStaging::from_env(),
         })
     }
 
@@ -164,6 +168,29 @@ impl Gpu {
     }
     pub fn total_mem(&self) -> u64 {
         self.total_mem
+    }
+    /// Bytes copied host→device so far, through page-locked staging and not.
+    pub fn staging_counts(&self) -> StagingCounts {
+        self.staging.counts()
+    }
+    /// Async copy of `src` into the front of `dst` on `s`, through page-locked staging
+    /// (see `staging.rs`): `src` may be reused when this returns, and the copy is
+    /// ordered before `s`'s later work. More values than `dst` holds is an error.
+    pub fn upload_to<T: DeviceRepr>(
+        &self,
+        s: &Arc<CudaStream>,
+        dst: &mut DeviceBuffer<T>,
+        src: &[T],
+    ) -> Result<(), CudaError> {
+        if src.len() > dst.len() {
+            return Err(invalid(format!(
+                "{} values into a buffer of {}",
+                src.len(),
+                dst.len()
+            )));
+        }
+        // SAFETY: `dst` is live and holds at least src.len() values.
+        unsafe { upload(self, s, dst.raw(), src) }
     }
     /// Free and total device memory in bytes (`cuMemGetInfo`).
     pub fn mem_info(&self) -> Result<(u64, u64), CudaError> {
@@ -558,7 +585,7 @@ pub(crate) fn u32_of(v: usize) -> Result<u32, CudaError> {
 ///
 /// # Safety
 /// `dst` must hold `src.len()` values of `T`.
-pub(crate) unsafe fn upload<T>(
+pub(crate) unsafe fn upload<T: DeviceRepr>(
     gpu: &Gpu,
     s: &Arc<CudaStream>,
     dst: CUdeviceptr,
@@ -566,8 +593,8 @@ pub(crate) unsafe fn upload<T>(
 ) -> Result<(), CudaError> {
     if !src.is_empty() {
         gpu.context().bind_to_thread()?;
-        // SAFETY: per the contract; a pageable source is staged before this returns.
-        unsafe { result::memcpy_htod_async(dst, src, s.cu_stream()) }?;
+        // SAFETY: per the contract; the source is copied before this returns.
+        unsafe { gpu.staging.upload(gpu.context(), s, dst, src) }?;
     }
     Ok(())
 }

@@ -801,14 +801,12 @@ impl Device for CudaDevice {
             )));
         }
         let s = &stream.stream;
-        // Async copies from pageable memory: staged before each call returns; ordered
-        // before this worker's kernels by its stream.
-        s.memcpy_htod(fr_as_dev(&inputs.a), &mut ws.bufs.a)
-            .map_err(CudaError::from)?;
-        s.memcpy_htod(fr_as_dev(&inputs.b), &mut ws.bufs.b)
-            .map_err(CudaError::from)?;
-        s.memcpy_htod(fr_as_dev(&inputs.c), &mut ws.bufs.c)
-            .map_err(CudaError::from)?;
+        // Async copies through page-locked staging (inputs free when each returns),
+        // ordered before this worker's kernels by its stream.
+        let g = &self.gpu;
+        g.upload_to(s, &mut ws.bufs.a, fr_as_dev(&inputs.a))?;
+        g.upload_to(s, &mut ws.bufs.b, fr_as_dev(&inputs.b))?;
+        g.upload_to(s, &mut ws.bufs.c, fr_as_dev(&inputs.c))?;
         ws.bufs.out.poison(&self.gpu, s)?;
         ws.bufs.g2.poison(&self.gpu, s)?;
         let aux = inputs.scalars.get(inputs.aux_start..).unwrap_or(&[]);

@@ -3,6 +3,7 @@
 //!
 //! - [`context`]: [`Gpu`] (context, module cache, checked launches, allocations) and
 //!   [`CudaError`];
+//! - [`staging`]: host→device copies through a pool of page-locked buffers;
 //! - [`layout`]: arkworks values ↔ the bytes the kernels read and write;
 //! - [`arith`]: elementwise field and curve test kernels, and the Fr-mul rate probe;
 //! - [`ntt`](mod@ntt): the four Fr transforms of `Radix2EvaluationDomain`, and their benchmark;
@@ -16,6 +17,7 @@ pub mod g2;
 pub mod layout;
 pub mod msm;
 pub mod ntt;
+pub mod staging;
 pub mod witness_map;
 
 pub mod device;

@@ -38,7 +38,12 @@ fn get<T: Clone + Default>(
     unsafe { download(gpu, s, src, &mut host) }?;
     Ok(host)
 }
-fn put<T>(gpu: &Gpu, s: &Stream, dst: CUdeviceptr, host: &[T]) -> Result<(), CudaError> {
+fn put<T: cudarc::driver::DeviceRepr>(
+    gpu: &Gpu,
+    s: &Stream,
+    dst: CUdeviceptr,
+    host: &[T],
+) -> Result<(), CudaError> {
     // SAFETY: callers pass a scratch region of at least host.len() values.
     unsafe { upload(gpu, s, dst, host) }
 }

@@ -1,0 +1,210 @@
+//! Host→device copies through page-locked staging buffers.
+//!
+//! An async copy from pageable memory is not asynchronous: the driver stages it through
+//! its own small buffers, so a large one holds the calling thread until the stream has
+//! reached it and moved most of it (about 4 GB/s in the pipeline, docs/benchmarks.md).
+//! Under the compute lock that drains the GPU's queue before every split MSM's scalar
+//! upload. Here a copy is cut into chunks of [`CHUNK`] bytes; each is copied on the host
+//! (in parallel) into a page-locked buffer and sent with a truly async copy, so the
+//! host fills chunk i + 1 while the link moves chunk i, and returns without waiting for
+//! the stream. The caller's source is free again when [`HostStaging::upload`] returns.
+//!
+//! A buffer is refilled only once the copy that last read it has finished (its event
+//! says so): a chunk takes an idle, finished buffer, or a new one while the pool has
+//! fewer than [`MAX_BUFFERS`], and otherwise the pageable path. Never waiting for a
+//! buffer keeps one stream's queue from stalling another thread's upload. Without
+//! page-locked memory (the allocation fails, or `TWOLOCK_PAGEABLE_UPLOADS=1` for a
+//! comparison) every copy takes the pageable path, logged once.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, DeviceRepr, PinnedHostSlice};
+use rayon::prelude::*;
+
+use super::context::CudaError;
+use crate::sync::Mutex;
+
+/// Bytes per staging buffer: large against a copy's fixed cost, small enough that the
+/// host's fill of one chunk overlaps the transfer of the one before.
+pub const CHUNK: usize = 32 << 20;
+/// Buffers per GPU: at most 1 GiB of page-locked host memory.
+pub const MAX_BUFFERS: usize = 32;
+/// Bytes per parallel host copy within a chunk.
+const PIECE: usize = 1 << 20;
+/// Set to 1: every host→device copy takes the pageable path (for comparisons).
+pub const PAGEABLE_ENV: &str = "TWOLOCK_PAGEABLE_UPLOADS";
+
+struct Staged {
+    mem: PinnedHostSlice<u8>,
+    /// Recorded after the copy that last read `mem`.
+    done: CudaEvent,
+}
+
+impl Staged {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Staged, CudaError> {
+        // SAFETY: the bytes are only written (by `fill`) before any copy reads them.
+        let mem = unsafe { ctx.alloc_pinned::<u8>(CHUNK) }?;
+        let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
+        Ok(Staged { mem, done })
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // `mem` is freed after this: no copy may still be reading it.
+        let _ = self.done.synchronize();
+    }
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Buffers not being filled, oldest use first (some may still be in flight).
+    idle: VecDeque<Staged>,
+    /// Buffers that exist, idle or being filled.
+    allocated: usize,
+}
+
+/// Bytes sent each way since the GPU was opened (see [`HostStaging::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StagingCounts {
+    /// Through page-locked buffers.
+    pub staged: u64,
+    /// From pageable memory (no buffer free, or staging off).
+    pub pageable: u64,
+}
+
+/// One GPU's pool of page-locked staging buffers.
+pub struct HostStaging {
+    pool: Mutex<Pool>,
+    /// Staging is off: set from [`PAGEABLE_ENV`] or after a failed allocation.
+    off: AtomicBool,
+    staged: AtomicU64,
+    pageable: AtomicU64,
+}
+
+impl HostStaging {
+    /// A pool that stages unless `TWOLOCK_PAGEABLE_UPLOADS=1`.
+    pub fn from_env() -> HostStaging {
+        let off = std::env::var(PAGEABLE_ENV).is_ok_and(|v| v == "1");
+        if off {
+            tracing::info!("{PAGEABLE_ENV}=1: host-to-device copies from pageable memory");
+        }
+        HostStaging {
+            pool: Mutex::new(Pool::default()),
+            off: AtomicBool::new(off),
+            staged: AtomicU64::new(0),
+            pageable: AtomicU64::new(0),
+        }
+    }
+
+    pub fn counts(&self) -> StagingCounts {
+        StagingCounts {
+            staged: self.staged.load(Ordering::Relaxed),
+            pageable: self.pageable.load(Ordering::Relaxed),
+        }
+    }
+
+    /// An idle buffer whose last copy has finished, a new one, or None (pageable).
+    fn take(&self, ctx: &Arc<CudaContext>) -> Result<Option<Staged>, CudaError> {
+        if self.off.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        {
+            let mut pool = self.pool.lock();
+            for i in 0..pool.idle.len() {
+                if pool.idle[i].done.try_is_complete()? {
+                    return Ok(pool.idle.remove(i));
+                }
+            }
+            if pool.allocated >= MAX_BUFFERS {
+                return Ok(None);
+            }
+            pool.allocated += 1;
+        }
+        match Staged::new(ctx) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) => {
+                self.pool.lock().allocated -= 1;
+                if !self.off.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "no page-locked staging: host-to-device copies from pageable memory");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Async copy of `src` to `dst` on `s`; `src` may be reused when this returns.
+    ///
+    /// # Safety
+    /// `dst` must address `size_of_val(src)` bytes of live device memory of `ctx`, `s`
+    /// must be a stream of `ctx` current on this thread, and `T` plain data.
+    pub(crate) unsafe fn upload<T: DeviceRepr>(
+        &self,
+        ctx: &Arc<CudaContext>,
+        s: &Arc<CudaStream>,
+        dst: CUdeviceptr,
+        src: &[T],
+    ) -> Result<(), CudaError> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || size > CHUNK {
+            // SAFETY: per the contract (nothing to stage, or a value past a buffer).
+            return Ok(unsafe { result::memcpy_htod_async(dst, src, s.cu_stream()) }?);
+        }
+        let mut at = dst;
+        for part in src.chunks(CHUNK / size) {
+            let len = std::mem::size_of_val(part);
+            match self.take(ctx)? {
+                Some(mut b) => {
+                    let to = match b.mem.as_mut_ptr() {
+                        Ok(to) => to,
+                        Err(e) => {
+                            self.pool.lock().idle.push_back(b);
+                            return Err(e.into());
+                        }
+                    };
+                    // SAFETY: `to` holds CHUNK ≥ len bytes, disjoint from `part`.
+                    unsafe { fill(to, part.as_ptr().cast(), len) };
+                    // SAFETY: the len bytes just written; `at` per the contract.
+                    let staged = unsafe { std::slice::from_raw_parts(to.cast_const(), len) };
+                    let sent = unsafe { result::memcpy_htod_async(at, staged, s.cu_stream()) };
+                    let recorded = sent.and_then(|()| b.done.record(s));
+                    if sent.is_ok() && recorded.is_err() {
+                        // In flight with no event to say when it ends: wait, then drop.
+                        let _ = s.synchronize();
+                        self.pool.lock().allocated -= 1;
+                        drop(b);
+                    } else {
+                        self.pool.lock().idle.push_back(b);
+                    }
+                    recorded?;
+                    self.staged.fetch_add(len as u64, Ordering::Relaxed);
+                }
+                None => {
+                    // SAFETY: as above; a pageable source is read before this returns.
+                    unsafe { result::memcpy_htod_async(at, part, s.cu_stream()) }?;
+                    self.pageable.fetch_add(len as u64, Ordering::Relaxed);
+                }
+            }
+            at += len as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Copies `len` bytes from `from` to `to`, in parallel pieces.
+///
+/// # Safety
+/// `from` and `to` must address `len` bytes each, not overlapping.
+unsafe fn fill(to: *mut u8, from: *const u8, len: usize) {
+    let (to, from) = (to as usize, from as usize);
+    (0..len.div_ceil(PIECE)).into_par_iter().for_each(|i| {
+        let (off, n) = (i * PIECE, PIECE.min(len - i * PIECE));
+        // SAFETY: bytes [off, off + n) of both, per the contract; pieces are disjoint.
+        unsafe {
+            std::ptr::copy_nonoverlapping((from + off) as *const u8, (to + off) as *mut u8, n)
+        }
+    });
+}
