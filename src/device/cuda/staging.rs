@@ -194,37 +194,41 @@ impl HostStaging {
     }
 }
 
-/// Threads that fill staging buffers, in a pool of their own: on rayon's global pool a
-/// fill queued behind the CPU prep's tasks, and a 384 MiB upload took 100–190 ms
-/// (2026-12-06, H100 host), slower than the pageable copy it replaced.
-const FILL_THREADS: usize = 4;
+/// Threads for the host side of uploads (filling staging buffers, gathering the split
+/// MSMs' scalars), in a pool of their own: on rayon's global pool a fill queued behind
+/// the CPU prep's tasks, and a 384 MiB upload took 100–190 ms (2026-12-06, H100 host),
+/// slower than the pageable copy it replaced.
+const COPY_THREADS: usize = 4;
 
-fn fill_pool() -> Option<&'static rayon::ThreadPool> {
+fn copy_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(FILL_THREADS)
-            .thread_name(|i| format!("twolock-fill-{i}"))
+            .num_threads(COPY_THREADS)
+            .thread_name(|i| format!("twolock-copy-{i}"))
             .build()
-            .map_err(
-                |e| tracing::warn!(error = %e, "no fill threads: staging copies on the caller"),
-            )
+            .map_err(|e| tracing::warn!(error = %e, "no copy threads: host copies on the caller"))
             .ok()
     })
     .as_ref()
 }
 
-/// Copies `len` bytes from `from` to `to`, in parallel pieces on the fill pool.
+/// Runs `f` on the copy threads (rayon calls inside it use them), or on the caller
+/// where they could not be started.
+pub fn on_copy_threads<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    match copy_pool() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
+/// Copies `len` bytes from `from` to `to`, in parallel pieces on the copy threads.
 ///
 /// # Safety
 /// `from` and `to` must address `len` bytes each, not overlapping.
 unsafe fn fill(to: *mut u8, from: *const u8, len: usize) {
-    let Some(pool) = fill_pool() else {
-        // SAFETY: per the contract.
-        return unsafe { std::ptr::copy_nonoverlapping(from, to, len) };
-    };
     let (to, from) = (to as usize, from as usize);
-    pool.install(|| {
+    on_copy_threads(|| {
         (0..len.div_ceil(PIECE)).into_par_iter().for_each(|i| {
             let (off, n) = (i * PIECE, PIECE.min(len - i * PIECE));
             // SAFETY: bytes [off, off + n) of both, per the contract; pieces are disjoint.

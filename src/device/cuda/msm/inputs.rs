@@ -2,6 +2,7 @@
 //! other split the CPU prep makes.
 
 use super::*;
+use crate::device::cuda::staging::on_copy_threads;
 
 /// Affine G1 bases resident on one device (`g1_affine_t`, infinity as (0, 0)).
 #[derive(Debug)]
@@ -174,27 +175,29 @@ pub fn classify(scalars: &[Fr]) -> SplitScalars {
 
 impl SplitScalars {
     /// From the prep's [`ScalarClasses`] of `scalars`, without a rescan.
+    ///
+    /// It runs in the partition's upload, under mem: the scans and the gather of the
+    /// others' scalars (all of them on a dense circuit) run on the staging module's copy
+    /// threads, not on rayon's global pool, where the CPU prep's tasks would delay them.
     pub fn from_classes(classes: &ScalarClasses, scalars: &[Fr]) -> Result<Self, CudaError> {
         let len = classes.len;
         let bad = |i: &u32| *i as usize >= len.min(scalars.len());
-        if len > MAX_LEN || classes.ones.iter().chain(&classes.others).any(bad) {
-            return Err(invalid("scalar classes index past the scalars"));
-        }
-        let mut ones = vec![0u32; len.div_ceil(32)];
-        classes
-            .ones
-            .iter()
-            .for_each(|&i| ones[i as usize / 32] |= 1 << (i % 32));
-        Ok(SplitScalars {
-            len,
-            ones_count: ones.iter().map(|w| w.count_ones() as usize).sum(),
-            ones,
-            other_scalars: classes
-                .others
+        on_copy_threads(|| {
+            let (ones_idx, others) = (&classes.ones, &classes.others);
+            if len > MAX_LEN || ones_idx.par_iter().any(bad) || others.par_iter().any(bad) {
+                return Err(invalid("scalar classes index past the scalars"));
+            }
+            let mut ones = vec![0u32; len.div_ceil(32)];
+            ones_idx
                 .iter()
-                .map(|&i| scalars[i as usize])
-                .collect(),
-            other_indices: classes.others.clone(),
+                .for_each(|&i| ones[i as usize / 32] |= 1 << (i % 32));
+            Ok(SplitScalars {
+                len,
+                ones_count: ones.iter().map(|w| w.count_ones() as usize).sum(),
+                ones,
+                other_scalars: others.par_iter().map(|&i| scalars[i as usize]).collect(),
+                other_indices: others.clone(),
+            })
         })
     }
     pub fn len(&self) -> usize {
