@@ -15,13 +15,21 @@
 //! buffer keeps one stream's queue from stalling another thread's upload. Without
 //! page-locked memory (the allocation fails, or `TWOLOCK_PAGEABLE_UPLOADS=1` for a
 //! comparison) every copy takes the pageable path, logged once.
+//!
+//! Known gap: buffers are allocated on first need, so the first partitions' uploads
+//! may allocate under the mem lock, and the CUDA guide lists a page-locked allocation
+//! among the operations that may serialize streams. Allocating the pool before the
+//! batch (with the key) would close it; not done, as it was not measured.
 
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, DeviceRepr, PinnedHostSlice};
+use cudarc::driver::sys::{self, CUdeviceptr, CUevent_flags, CUresult};
+use cudarc::driver::{
+    result, CudaContext, CudaEvent, CudaStream, DeviceRepr, DriverError, PinnedHostSlice,
+};
 use rayon::prelude::*;
 
 use super::context::CudaError;
@@ -38,15 +46,16 @@ const PIECE: usize = 1 << 20;
 pub const PAGEABLE_ENV: &str = "TWOLOCK_PAGEABLE_UPLOADS";
 
 struct Staged {
-    mem: PinnedHostSlice<u8>,
+    /// Freed only once no copy can still read it (see the Drop impl).
+    mem: ManuallyDrop<PinnedHostSlice<u8>>,
     /// Recorded after the copy that last read `mem`.
     done: CudaEvent,
 }
 
 impl Staged {
-    fn new(ctx: &Arc<CudaContext>) -> Result<Staged, CudaError> {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Staged, DriverError> {
         // SAFETY: the bytes are only written (by `fill`) before any copy reads them.
-        let mem = unsafe { ctx.alloc_pinned::<u8>(CHUNK) }?;
+        let mem = ManuallyDrop::new(unsafe { ctx.alloc_pinned::<u8>(CHUNK) }?);
         let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
         Ok(Staged { mem, done })
     }
@@ -54,8 +63,22 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        // `mem` is freed after this: no copy may still be reading it.
-        let _ = self.done.synchronize();
+        // Raw calls: cudarc's would first hand back (and clear) an error some other
+        // object recorded, skip the wait, and free memory a copy may still be reading.
+        // If the wait fails, the buffer is leaked rather than freed under a copy.
+        let ctx = self.done.context().cu_ctx();
+        // SAFETY: the context is live (the event holds it); the event is ours.
+        let waited = unsafe {
+            result::ctx::set_current(ctx)
+                .and_then(|()| result::event::synchronize(self.done.cu_event()))
+        };
+        match waited {
+            // SAFETY: dropped once, here, after the last copy that read it.
+            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.mem) },
+            Err(e) => {
+                tracing::error!(error = %e, "staging buffer leaked: its last copy could not be awaited")
+            }
+        }
     }
 }
 
@@ -128,6 +151,9 @@ impl HostStaging {
             Ok(b) => Ok(Some(b)),
             Err(e) => {
                 self.pool.lock().allocated -= 1;
+                if e.0 != CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                    return Err(e.into());
+                }
                 if !self.off.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "no page-locked staging: host-to-device copies from pageable memory");
                 }
@@ -167,15 +193,22 @@ impl HostStaging {
                     };
                     // SAFETY: `to` holds CHUNK ≥ len bytes, disjoint from `part`.
                     unsafe { fill(to, part.as_ptr().cast(), len) };
-                    // SAFETY: the len bytes just written; `at` per the contract.
-                    let staged = unsafe { std::slice::from_raw_parts(to.cast_const(), len) };
-                    let sent = unsafe { result::memcpy_htod_async(at, staged, s.cu_stream()) };
+                    // SAFETY: the len bytes just written (a raw pointer: no `&[u8]` over
+                    // a type's bytes); `at` per the contract.
+                    let sent = unsafe {
+                        sys::cuMemcpyHtoDAsync_v2(at, to.cast_const().cast(), len, s.cu_stream())
+                            .result()
+                    };
                     let recorded = sent.and_then(|()| b.done.record(s));
                     if sent.is_ok() && recorded.is_err() {
-                        // In flight with no event to say when it ends: wait, then drop.
-                        let _ = s.synchronize();
+                        // In flight with no event to say when it ends: wait (raw, as in
+                        // Drop), then free; if even that fails, leak it.
                         self.pool.lock().allocated -= 1;
-                        drop(b);
+                        // SAFETY: a stream of the current context.
+                        match unsafe { result::stream::synchronize(s.cu_stream()) } {
+                            Ok(()) => drop(b),
+                            Err(_) => std::mem::forget(b),
+                        }
                     } else {
                         self.pool.lock().idle.push_back(b);
                     }
