@@ -7,7 +7,7 @@
 //! upload. Here a copy is cut into chunks of [`CHUNK`] bytes; each is copied on the host
 //! (in parallel) into a page-locked buffer and sent with a truly async copy, so the
 //! host fills chunk i + 1 while the link moves chunk i, and returns without waiting for
-//! the stream. The caller's source is free again when [`HostStaging::upload`] returns.
+//! the stream. The caller's source is free again when the upload returns.
 //!
 //! A buffer is refilled only once the copy that last read it has finished (its event
 //! says so): a chunk takes an idle, finished buffer, or a new one while the pool has
