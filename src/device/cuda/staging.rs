@@ -54,9 +54,10 @@ struct Staged {
 
 impl Staged {
     fn new(ctx: &Arc<CudaContext>) -> Result<Staged, DriverError> {
+        // The event first: `mem` is not freed by unwinding (ManuallyDrop) until Staged exists.
+        let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
         // SAFETY: the bytes are only written (by `fill`) before any copy reads them.
         let mem = ManuallyDrop::new(unsafe { ctx.alloc_pinned::<u8>(CHUNK) }?);
-        let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
         Ok(Staged { mem, done })
     }
 }
