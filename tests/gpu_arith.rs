@@ -508,3 +508,90 @@ fn gpu_staged_uploads_land_intact() {
     assert_eq!(moved, 4 * 4 * per as u64, "bytes counted");
     assert!(pageable || after.staged > before.staged, "nothing staged");
 }
+
+/// The pool never waits on another stream: with every buffer in flight behind a long
+/// kernel on one stream, an upload on a second stream takes the pageable path at once
+/// (it returns while the first stream is still held) and lands intact, as do the held
+/// stream's chunks once the kernel ends. This is the property the mem lock relies on:
+/// an upload under mem must not wait for the compute holder's kernels.
+#[test]
+fn gpu_staging_never_waits_on_another_stream() {
+    use std::time::{Duration, Instant};
+    use twolock::device::cuda::staging::{CHUNK, MAX_BUFFERS, PAGEABLE_ENV};
+    use twolock::device::cuda::AllocKind;
+    assert!(
+        std::env::var(PAGEABLE_ENV).is_err(),
+        "{PAGEABLE_ENV} is set: this test checks the staged path"
+    );
+    let g = gpu();
+    let (held, other) = (stream(), stream());
+    // Products per second, then rounds for a hold of about 1.5 s.
+    let rate = arith::fr_mul_rate(g, &held, 3).expect("rate probe");
+    let threads = f64::from(g.sm_count().expect("SMs")) * 2048.0;
+    let hold = Duration::from_millis(1500);
+    let iters = (hold.as_secs_f64() * rate / (2.0 * threads)).ceil() as u32;
+
+    let words = CHUNK / 4;
+    let want_held = pattern(7, MAX_BUFFERS * words);
+    let want_other = pattern(8, words + 9);
+    let mut buf_held = g
+        .alloc::<u32>(&held, want_held.len(), AllocKind::StreamOrdered)
+        .expect("alloc");
+    let mut buf_other = g
+        .alloc::<u32>(&other, want_other.len(), AllocKind::StreamOrdered)
+        .expect("alloc");
+    g.poison(&held, &mut buf_held).expect("poison");
+    g.poison(&other, &mut buf_other).expect("poison");
+    g.sync(&held, "setup").expect("sync");
+    g.sync(&other, "setup").expect("sync");
+
+    let before = g.staging_counts();
+    let started = Instant::now();
+    let busy = arith::hold_stream(g, &held, iters).expect("hold the stream");
+    // Every buffer goes in flight behind the kernel (none can finish before it).
+    g.upload_to(&held, &mut buf_held, &want_held)
+        .expect("upload behind the kernel");
+    let mid = g.staging_counts();
+    assert_eq!(
+        mid.staged - before.staged,
+        (MAX_BUFFERS * CHUNK) as u64,
+        "the held stream's chunks were not all staged"
+    );
+    let t = Instant::now();
+    g.upload_to(&other, &mut buf_other, &want_other)
+        .expect("upload on the other stream");
+    let took = t.elapsed();
+    let done = started.elapsed();
+    let probe = g.context().new_event(None).expect("event");
+    probe.record(&held).expect("record");
+    assert!(
+        !probe.is_complete(),
+        "the held stream finished before the check ({done:?} after the kernel's launch): \
+         the hold was too short, or an upload waited for it (a page-locked allocation \
+         that synchronizes?)"
+    );
+    assert!(
+        took < Duration::from_millis(500),
+        "the upload on the other stream took {took:?}: it waited for the held stream"
+    );
+    let after = g.staging_counts();
+    assert_eq!(after.staged, mid.staged, "a buffer in flight was taken");
+    assert_eq!(
+        after.pageable - mid.pageable,
+        4 * want_other.len() as u64,
+        "the overflow did not go pageable"
+    );
+
+    let got_other = other.clone_dtoh(&buf_other).expect("download");
+    g.sync(&other, "other stream").expect("sync");
+    assert!(
+        got_other == want_other,
+        "the pageable overflow landed wrong"
+    );
+    let got_held = held.clone_dtoh(&buf_held).expect("download");
+    g.sync(&held, "held stream").expect("sync");
+    assert!(got_held == want_held, "the staged chunks landed wrong");
+    drop(busy);
+    buf_held.free().expect("free");
+    buf_other.free().expect("free");
+}

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::context::{grid_1d, CudaError, Gpu};
 use super::layout::{DevFq, DevFr, DevG1Affine, DevG1Xyzz};
@@ -273,6 +273,26 @@ pub fn fr_batch_inverse(
     let host = stream.clone_dtoh(&out)?;
     gpu.sync(stream, FR_BATCH_INVERSE)?;
     Ok(host)
+}
+
+/// Launches the rate probe with `iters` rounds per thread on `stream` and returns at
+/// once: about `iters · 2 · sm_count · 2048` Fr products keep the stream busy, for tests
+/// that need a stream held behind work. The returned buffer must live until the stream
+/// has run the kernel.
+pub fn hold_stream(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    iters: u32,
+) -> Result<CudaSlice<DevFr>, CudaError> {
+    let threads = gpu.sm_count()? as usize * 2048;
+    let f = gpu.function(MODULE, FR_MUL_RATE)?;
+    let mut data = stream.alloc_zeros::<DevFr>(threads)?;
+    let n64 = threads as u64;
+    let mut args = stream.launch_builder(&f);
+    args.arg(&mut data).arg(&n64).arg(&iters);
+    // SAFETY: matches `fr_mul_rate(fr_t*, size_t, uint32_t)`; zeros are valid elements.
+    unsafe { gpu.launch(FR_MUL_RATE, &mut args, grid_1d(threads, 256)?) }?;
+    Ok(data)
 }
 
 /// Measured Fr multiplication throughput of the whole device, in multiplications
