@@ -60,6 +60,32 @@ extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm::accumulate_heads(buckets, out_keys, out_pts, in_keys, in_pts, count, T);
 }
 
+// (c') batch-affine rounds; (c) then sums the last round's points with
+// msm_accumulate_points.
+extern "C" __global__ void __launch_bounds__(MSM_BLOCK_LIGHT)
+    msm_halve_counts(uint32_t* counts, const uint32_t* in_off, uint32_t K) {
+    msm::halve_counts(counts, in_off, K);
+}
+
+extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
+    msm_pair_entries(g1_affine_t* out, fp_t* prefix, const uint32_t* in_off, const uint32_t* out_off,
+                     const uint32_t* sorted, const g1_affine_t* bases, uint32_t K, uint32_t S) {
+    msm::pair_round(out, prefix, in_off, out_off, msm::EntryPoints<fp_t>{sorted, bases}, K, S);
+}
+
+extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
+    msm_pair_points(g1_affine_t* out, fp_t* prefix, const uint32_t* in_off, const uint32_t* out_off,
+                    const g1_affine_t* pts, uint32_t K, uint32_t S) {
+    msm::pair_round(out, prefix, in_off, out_off, msm::ListPoints<fp_t>{pts}, K, S);
+}
+
+extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
+    msm_accumulate_points(g1_xyzz_t* buckets, uint32_t* head_keys, g1_xyzz_t* head_pts, const uint32_t* offsets,
+                          const g1_affine_t* pts, uint32_t K, uint32_t S) {
+    msm::accumulate_sorted<fp_t, msm::ACCUMULATE_THREADS, true>(buckets, head_keys, head_pts, nullptr, offsets, pts,
+                                                               K, S);
+}
+
 extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm_reduce_buckets(g1_xyzz_t* out, const g1_xyzz_t* buckets, const uint32_t* offsets, uint32_t c,
                        uint32_t w_count, uint32_t L) {

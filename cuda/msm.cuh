@@ -315,7 +315,10 @@ __device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F, THREADS>& 
 // shared memory (cp.async, so it holds no registers: the addition already needs about
 // 160) and the entry q + 2 is loading. Reads past the slice's end re-read entry b - 1
 // (in bounds, unused), so they need no branch.
-template <class F, uint32_t THREADS = ACCUMULATE_THREADS>
+//
+// DIRECT: there are no entries; position q holds the point bases[q] itself (the points
+// the batch-affine rounds below leave), never negated. `sorted` is unused.
+template <class F, uint32_t THREADS = ACCUMULATE_THREADS, bool DIRECT = false>
 __device__ __forceinline__ void accumulate_sorted(xyzz_t<F>* __restrict__ buckets, uint32_t* __restrict__ head_keys,
                                                   xyzz_t<F>* __restrict__ head_pts, const uint32_t* __restrict__ sorted,
                                                   const uint32_t* __restrict__ offsets,
@@ -336,17 +339,18 @@ __device__ __forceinline__ void accumulate_sorted(xyzz_t<F>* __restrict__ bucket
     // The slice's first run is a head when bucket k's run started in an earlier slice;
     // k only grows, so the accumulator belongs to the head exactly while k == head_key.
     const uint32_t head_key = offsets[k] < a ? k : NO_KEY;
+    auto entry = [&](uint32_t pos) { return DIRECT ? pos : sorted[pos]; };
     head_keys[s] = head_key;
     uint32_t stop = min(offsets[k + 1], b);  // end of bucket k's run in the slice
-    uint32_t e = sorted[a];
+    uint32_t e = entry(a);
     bool neg = e & NEG;
     stage_base(stage, a & 1, &bases[e & MAG]);  // entry q's base goes to slot q & 1
-    e = sorted[min(a + 1, b - 1)];  // from here on, e is entry q + 1
+    e = entry(min(a + 1, b - 1));  // from here on, e is entry q + 1
     xyzz_t<F> acc = xyzz_inf<F>();
     for (uint32_t q = a; q < b; q++) {
         stage_base(stage, (q + 1) & 1, &bases[e & MAG]);
         const bool neg_next = e & NEG;
-        e = sorted[min(q + 2, b - 1)];
+        e = entry(min(q + 2, b - 1));
         __pipeline_wait_prior(1);  // entry q's copy (all but the newest) has landed
         affine_t<F> pt = staged_base(stage, q & 1);
         if (neg) affine_neg(pt);
@@ -406,6 +410,129 @@ __device__ __forceinline__ void accumulate_heads(xyzz_t<F>* __restrict__ buckets
         p = q;
     }
     out_keys[s] = out_key;
+}
+
+// ---------------------------------------------------------------------------------
+// (c') batch-affine rounds (G1, optional: the host runs R of them before (c))
+//
+// A mixed XYZZ addition costs ten field products. An affine addition costs three once
+// 1/(x2 - x1) is known, and Montgomery's trick gives m inverses for one inversion and
+// three products each. So before (c), R rounds add each bucket's points pairwise in
+// affine form: round r turns a bucket's run of m points into ceil(m/2) (an odd one out
+// is copied), about halving the points that (c) then adds in XYZZ. A round's input is
+// the sorted entries with the bases (round 0) or the previous round's points; its
+// output offsets are the exclusive scan of halve_counts. (c) then runs on the last
+// round's points (accumulate_sorted with DIRECT).
+
+// Round 0 reads the sorted entries (base index | sign) and the bases; x() is all the
+// forward pass needs in the common case (negation leaves x alone).
+template <class F>
+struct EntryPoints {
+    const uint32_t* __restrict__ sorted;
+    const affine_t<F>* __restrict__ bases;
+    __device__ __forceinline__ F x(uint32_t pos) const { return bases[sorted[pos] & MAG].x; }
+    __device__ __forceinline__ affine_t<F> operator()(uint32_t pos) const {
+        const uint32_t e = sorted[pos];
+        affine_t<F> p = bases[e & MAG];
+        if (e & NEG) affine_neg(p);
+        return p;
+    }
+};
+
+// Later rounds read the previous round's points.
+template <class F>
+struct ListPoints {
+    const affine_t<F>* __restrict__ pts;
+    __device__ __forceinline__ F x(uint32_t pos) const { return pts[pos].x; }
+    __device__ __forceinline__ affine_t<F> operator()(uint32_t pos) const { return pts[pos]; }
+};
+
+// counts[k] = ceil(m_k / 2), m_k = in_off[k + 1] - in_off[k]: a round's output run lengths.
+__device__ __forceinline__ void halve_counts(uint32_t* __restrict__ counts, const uint32_t* __restrict__ in_off,
+                                             uint32_t K) {
+    const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < K) counts[k] = (in_off[k + 1] - in_off[k] + 1) / 2;
+}
+
+// How a + b is formed: through λ = num/den, or without a division.
+enum PairKind : uint32_t { VIA_LAMBDA, TAKE_A, TAKE_B, TAKE_INF };
+
+// Classifies a + b (b = infinity for an odd one out) and sets num, den when λ is needed:
+// chord (x1 != x2), tangent (a == b; G1 has no point with y = 0), or none (an infinity
+// on either side, a == -b).
+template <class F>
+__device__ __forceinline__ PairKind pair_terms(const affine_t<F>& a, const affine_t<F>& b, F& num, F& den) {
+    num = F::zero();
+    den = F::one();
+    if (is_inf(b)) return TAKE_A;
+    if (is_inf(a)) return TAKE_B;
+    if (a.x != b.x) {
+        num = b.y - a.y;
+        den = b.x - a.x;
+        return VIA_LAMBDA;
+    }
+    if (a.y == b.y) {
+        const F xx = a.x.sqr();
+        num = xx + xx.dbl();
+        den = a.y.dbl();
+        return VIA_LAMBDA;
+    }
+    return TAKE_INF;
+}
+
+// One round. Output slot j of bucket k (out_off[k] <= j < out_off[k + 1]) is the sum of
+// input positions p = in_off[k] + 2(j - out_off[k]) and p + 1, or p alone when p + 1
+// leaves the run. Thread s < S takes T = ceil(total / S) consecutive slots (total =
+// out_off[K], read here so the host need not wait for it) and inverts their
+// denominators together: a forward pass stores prefix products (prefix[(j-a)·S + s],
+// coalesced across threads), one inversion, a backward pass forms the sums.
+// The forward pass reads only x where it can: two x that differ and are nonzero
+// (infinity is (0, 0)) mean a chord, whose denominator is their difference.
+template <class F, class Source>
+__device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __restrict__ prefix,
+                                           const uint32_t* __restrict__ in_off, const uint32_t* __restrict__ out_off,
+                                           Source src, uint32_t K, uint32_t S) {
+    const uint32_t s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= S) return;
+    const uint32_t total = out_off[K];
+    const uint32_t T = total / S + (total % S != 0);
+    const size_t a64 = (size_t)s * T;
+    if (a64 >= total) return;
+    const uint32_t a = (uint32_t)a64;
+    const uint32_t b = (uint32_t)min((size_t)total, a64 + T);
+    uint32_t k = bucket_of(out_off, K, a);
+    F acc = F::one();
+    for (uint32_t j = a; j < b; j++) {
+        while (out_off[k + 1] <= j) k++;  // ends below K: j < total
+        const uint32_t p = in_off[k] + 2 * (j - out_off[k]);
+        if (p + 1 >= in_off[k + 1]) continue;  // copied: no denominator
+        const F x1 = src.x(p), x2 = src.x(p + 1);
+        F num, den = x2 - x1;
+        if (x1 == x2 || x1.is_zero() || x2.is_zero()) {
+            if (pair_terms(src(p), src(p + 1), num, den) != VIA_LAMBDA) continue;
+        }
+        prefix[(size_t)(j - a) * S + s] = acc;
+        acc = acc * den;
+    }
+    F inv = acc.inverse();  // of the product of every denominator of the slice
+    for (uint32_t j = b; j-- > a;) {
+        while (out_off[k] > j) k--;
+        const uint32_t p = in_off[k] + 2 * (j - out_off[k]);
+        const affine_t<F> p1 = src(p);
+        const affine_t<F> p2 = p + 1 < in_off[k + 1] ? src(p + 1) : affine_inf<F>();
+        F num, den;
+        const PairKind kind = pair_terms(p1, p2, num, den);
+        affine_t<F> r;
+        if (kind == VIA_LAMBDA) {
+            const F lambda = num * (inv * prefix[(size_t)(j - a) * S + s]);
+            inv = inv * den;  // now the inverse of the product of the denominators before j
+            r.x = lambda.sqr() - p1.x - p2.x;
+            r.y = lambda * (p1.x - r.x) - p1.y;
+        } else {
+            r = kind == TAKE_A ? p1 : kind == TAKE_B ? p2 : affine_inf<F>();
+        }
+        out[j] = r;
+    }
 }
 
 // ---------------------------------------------------------------------------------

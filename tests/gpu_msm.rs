@@ -23,8 +23,8 @@ use twolock::device::cuda::g2::{batch_add_g2, DeviceG2Bases, G2Scratch};
 use twolock::device::cuda::layout::fr_as_dev;
 use twolock::device::cuda::msm::{
     self, batch_add, classify, msm_enqueue, msm_split, random_scalars, read_points, signed_digits,
-    stages, walk_bases, Bitmap, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace, ScalarsRef,
-    SplitScalars, WindowPlan,
+    stages, walk_bases, AffineRounds, Bitmap, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace,
+    ScalarsRef, SplitScalars, WindowPlan,
 };
 use twolock::device::cuda::{AllocKind, CudaError, DevFr, Gpu};
 use twolock::device::ScalarClasses;
@@ -383,6 +383,103 @@ fn gpu_msm_windows_per_pass_and_slots() {
         }
         ws.free().expect("free");
     }
+}
+
+/// Stage (c') (batch-affine rounds before the XYZZ accumulation) at several round
+/// counts and sub-pass sizes, and off, over the edge catalogue: chords, tangents (a
+/// base added to itself), P + (−P), infinity bases, zero, one and r − 1, boundary
+/// digits, skew. Small windows (c = 4) make deep rounds; sub-passes of one window
+/// (entries clamped up to n) make many. Every workspace is poisoned first and every
+/// case runs twice against arkworks.
+#[test]
+fn gpu_msm_batch_affine_rounds() {
+    let s = stream();
+    let n = 1 << 13;
+    let mut points = bases(n, 30);
+    for i in (0..n).step_by(97) {
+        points[i] = G1Affine::identity();
+    }
+    for i in (1..n).step_by(89) {
+        points[i] = points[i - 1];
+    }
+    for i in (2..n).step_by(83) {
+        points[i] = (-points[i - 1].into_group()).into_affine();
+    }
+    let p = G1Projective::rand(&mut rng(31)).into_affine();
+    let minus_p = (-p.into_group()).into_affine();
+    let x = Fr::rand(&mut rng(32));
+    let pm: Vec<G1Affine> = (0..3001)
+        .map(|i| if i % 2 == 0 { p } else { minus_p })
+        .collect();
+    let same = vec![p; 3000];
+    let mut inf_third = points.clone();
+    inf_third
+        .iter_mut()
+        .step_by(3)
+        .for_each(|q| *q = G1Affine::identity());
+    let cases: Vec<(&str, &[G1Affine], Vec<Fr>)> = vec![
+        ("random", &points, random_scalars(n, seed(33))),
+        ("random, odd n", &points, random_scalars(4097, seed(34))),
+        ("all equal", &points, vec![x; 5000]),
+        ("one base, equal scalars", &same, vec![x; 3000]),
+        ("P and -P", &pm, vec![x; 3001]),
+        (
+            "every third infinity",
+            &inf_third,
+            random_scalars(n, seed(35)),
+        ),
+        ("r-1", &points, vec![-Fr::one(); 2000]),
+        ("zero", &points, vec![Fr::zero(); 1000]),
+        ("boundary c=4", &points, boundary_and_random(n, 4, 36)),
+        (
+            "boundary planner",
+            &points,
+            boundary_and_random(n, WindowPlan::for_len(n).c, 37),
+        ),
+        ("skewed", &points, scalar_mix(n, 38, 0.9, 0.09)),
+    ];
+    let wants: Vec<G1Projective> = cases.iter().map(|(_, b, k)| reference(b, k)).collect();
+    let affine = |rounds, entries| Some(AffineRounds { rounds, entries });
+    let configs = [
+        (None, None),
+        (None, affine(1, 1)),
+        (None, AffineRounds::DEFAULT.into()),
+        (None, affine(3, 1 << 15)),
+        (Some(WindowPlan::with_bits(4)), affine(12, 1 << 30)),
+        (Some(WindowPlan::with_bits(4)), affine(2, 1)),
+    ];
+    for (plan, aff) in configs {
+        let mut ws = MsmWorkspace::with_affine(gpu(), &s, n, plan, aff, AllocKind::StreamOrdered)
+            .expect("workspace");
+        let mut out = MsmResults::alloc(gpu(), &s, 1, AllocKind::StreamOrdered).expect("out");
+        for ((what, b, k), want) in cases.iter().zip(&wants) {
+            let dev = upload(&s, b);
+            for run in 0..2 {
+                ws.poison(gpu(), &s).expect("poison");
+                out.poison(gpu(), &s).expect("poison");
+                let sc = ScalarsRef::Host(k);
+                msm_enqueue(gpu(), &s, &mut ws, dev.view(), sc, &mut out, 0).expect("enqueue");
+                let got = read_points(gpu(), &s, &out).expect("read")[0];
+                let rounds = aff.map_or(0, |a| a.for_plan(k.len(), ws.plan_for(k.len())));
+                assert_eq!(
+                    got,
+                    *want,
+                    "{what}: n {}, plan {plan:?}, {aff:?} ({rounds} rounds), run {run}",
+                    k.len()
+                );
+            }
+        }
+        ws.free().expect("free");
+    }
+    // The rounds a plan gets: none without two entries a bucket on average.
+    let d = AffineRounds::DEFAULT;
+    assert_eq!(d.for_plan(1 << 24, WindowPlan::with_bits(16)), d.rounds);
+    assert_eq!(
+        d.for_plan(1 << 16, WindowPlan::with_bits(16)),
+        1.min(d.rounds)
+    );
+    assert_eq!(d.for_plan((1 << 16) - 1, WindowPlan::with_bits(16)), 0);
+    assert_eq!(d.for_plan(1000, WindowPlan::with_bits(16)), 0);
 }
 
 #[test]

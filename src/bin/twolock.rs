@@ -218,8 +218,35 @@ struct KernelBenchArgs {
     /// MSM only: force c-bit windows instead of the planner's choice (for tuning it).
     #[arg(long)]
     window_bits: Option<u32>,
+    /// MSM only: batch-affine rounds before the XYZZ accumulation, one run of every
+    /// size per value (comma-separated; 0 = off).
+    #[arg(long, value_delimiter = ',', default_values_t = [msm_default_rounds()])]
+    affine_rounds: Vec<u32>,
+    /// MSM only: log2 of the sorted entries per batch-affine sub-pass (its scratch is
+    /// about 100 bytes an entry).
+    #[arg(long, default_value_t = msm_default_entries_log())]
+    affine_entries_log: u32,
     #[arg(long)]
     json: bool,
+}
+
+#[cfg(feature = "cuda")]
+fn msm_default_rounds() -> u32 {
+    twolock::device::cuda::msm::AffineRounds::DEFAULT.rounds
+}
+#[cfg(feature = "cuda")]
+fn msm_default_entries_log() -> u32 {
+    twolock::device::cuda::msm::AffineRounds::DEFAULT
+        .entries
+        .ilog2()
+}
+#[cfg(not(feature = "cuda"))]
+fn msm_default_rounds() -> u32 {
+    0
+}
+#[cfg(not(feature = "cuda"))]
+fn msm_default_entries_log() -> u32 {
+    26
 }
 
 fn main() -> ExitCode {
@@ -923,36 +950,58 @@ mod kernels {
             gpu.name(),
             k.runs
         );
-        let ours = msm::bench_msm_with_bits(&gpu, &logs, k.runs, k.window_bits).map_err(dev)?;
+        if k.affine_entries_log > 31 || k.affine_rounds.is_empty() {
+            return Err(Error::Usage(format!(
+                "--affine-entries-log {} (at most 31) and at least one --affine-rounds",
+                k.affine_entries_log
+            )));
+        }
+        let mut ours = Vec::new();
+        for &rounds in &k.affine_rounds {
+            let affine = (rounds > 0).then_some(msm::AffineRounds {
+                rounds,
+                entries: 1 << k.affine_entries_log,
+            });
+            ours.extend(
+                msm::bench_msm_with(&gpu, &logs, k.runs, k.window_bits, affine).map_err(dev)?,
+            );
+        }
         // The same bases and scalars bench_msm used.
         let bases = msm::walk_bases(1 << k.log_max, 1);
         let threads = rayon_threads();
         let mut rows = Vec::new();
         let mut ok = true;
+        // The peers run once per size, whatever the number of affine settings.
+        let mut peers = std::collections::BTreeMap::new();
         for t in &ours {
             let n = 1usize << t.log_n;
-            let scalars = msm::random_scalars(n, u64::from(t.log_n));
-            let cpu = if t.log_n <= k.cpu_log_max {
-                let start = Instant::now();
-                let p = G1Projective::msm(&bases[..n], &scalars)
-                    .map_err(|_| Error::Usage("arkworks MSM: length mismatch".into()))?;
-                Some((start.elapsed().as_secs_f64() * 1e3, p))
-            } else {
-                None
-            };
-            let peer = peer_msm(&bases[..n], &scalars, k.runs)?;
+            if let std::collections::btree_map::Entry::Vacant(slot) = peers.entry(t.log_n) {
+                let scalars = msm::random_scalars(n, u64::from(t.log_n));
+                let cpu = if t.log_n <= k.cpu_log_max {
+                    let start = Instant::now();
+                    let p = G1Projective::msm(&bases[..n], &scalars)
+                        .map_err(|_| Error::Usage("arkworks MSM: length mismatch".into()))?;
+                    Some((start.elapsed().as_secs_f64() * 1e3, p))
+                } else {
+                    None
+                };
+                slot.insert((cpu, peer_msm(&bases[..n], &scalars, k.runs)?));
+            }
+            let (cpu, peer) = peers[&t.log_n];
             let agree_cpu = cpu.map(|(_, p)| Some(p) == t.result);
             let agree_peer = peer.map(|(_, p)| Some(p) == t.result);
             ok &= t.consistent && agree_cpu != Some(false) && agree_peer != Some(false);
             eprintln!(
-                "  2^{}: {:.2} ms (arkworks {}, sppark {})",
+                "  2^{} ({} affine rounds): {:.2} ms (arkworks {}, sppark {})",
                 t.log_n,
+                t.affine_rounds,
                 t.median_ms,
                 or_dash(cpu.map(|c| c.0), 1, " ms"),
                 or_dash(peer.map(|p| p.0), 2, " ms")
             );
             rows.push(json!({
                 "log_n": t.log_n,
+                "affine_rounds": t.affine_rounds,
                 "ours": t,
                 "arkworks_ms": cpu.map(|c| c.0),
                 "arkworks_threads": threads,
@@ -969,8 +1018,15 @@ mod kernels {
         } else {
             println!("bench msm on {} (G1, resident bases, scalars from pinned host memory; device time plus the host's finish, median of {} runs); arkworks on {threads} threads", gpu.name(), k.runs.max(3));
             println!(
-                "{:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
-                "log n", "ours ms", "arkworks ms", "speedup", "sppark ms", "ratio", "equal"
+                "{:>5} {:>7} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
+                "log n",
+                "affine",
+                "ours ms",
+                "arkworks ms",
+                "speedup",
+                "sppark ms",
+                "ratio",
+                "equal"
             );
             for r in &rows {
                 let f = |key: &str, prec: usize| or_dash(r[key].as_f64(), prec, "");
@@ -978,8 +1034,9 @@ mod kernels {
                     && r["equal_to_sppark"] != false
                     && r["ours"]["consistent"] == true;
                 println!(
-                    "{:>5} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
+                    "{:>5} {:>7} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
                     r["log_n"],
+                    r["affine_rounds"],
                     or_dash(r["ours"]["median_ms"].as_f64(), 2, ""),
                     f("arkworks_ms", 1),
                     f("speedup_over_arkworks", 1),

@@ -45,6 +45,9 @@ pub fn random_scalars(n: usize, seed: u64) -> Vec<Fr> {
 pub struct MsmTiming {
     pub log_n: u32,
     pub plan: WindowPlan,
+    /// Stage (c')'s options (None: off) and the rounds it ran at this size.
+    pub affine: Option<AffineRounds>,
+    pub affine_rounds: u32,
     /// Timed runs after the warm-up.
     pub runs: usize,
     pub median_ms: f64,
@@ -80,6 +83,23 @@ pub fn bench_msm_with_bits(
     runs: usize,
     window_bits: Option<u32>,
 ) -> Result<Vec<MsmTiming>, CudaError> {
+    bench_msm_with(
+        gpu,
+        log_sizes,
+        runs,
+        window_bits,
+        Some(AffineRounds::DEFAULT),
+    )
+}
+
+/// [`bench_msm_with_bits`] with stage (c') as `affine` says (None: off).
+pub fn bench_msm_with(
+    gpu: &Gpu,
+    log_sizes: &[u32],
+    runs: usize,
+    window_bits: Option<u32>,
+    affine: Option<AffineRounds>,
+) -> Result<Vec<MsmTiming>, CudaError> {
     let plan = window_bits.map(WindowPlan::checked).transpose()?;
     let runs = runs.max(3);
     let Some(&max_log) = log_sizes.iter().max() else {
@@ -93,10 +113,7 @@ pub fn bench_msm_with_bits(
     let s = gpu.new_stream()?;
     let kind = AllocKind::StreamOrdered;
     let bases = DeviceBases::upload(gpu, &s, &walk_bases(1 << max_log, 1), kind)?;
-    let mut ws = match plan {
-        Some(p) => MsmWorkspace::with_plan(gpu, &s, 1 << max_log, p, kind)?,
-        None => MsmWorkspace::new(gpu, &s, 1 << max_log, kind)?,
-    };
+    let mut ws = MsmWorkspace::with_affine(gpu, &s, 1 << max_log, plan, affine, kind)?;
     let mut out = MsmResults::alloc(gpu, &s, 1, kind)?;
     let mut timings = Vec::with_capacity(log_sizes.len());
     for &log_n in log_sizes {
@@ -125,9 +142,12 @@ pub fn bench_msm_with_bits(
             .iter()
             .fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
         let (plan, median_ms, workspace_bytes) = (ws.plan_for(n), median(&mut times), ws.bytes());
+        let affine_rounds = affine.map_or(0, |a| a.for_plan(n, plan));
         timings.push(MsmTiming {
             log_n,
             plan,
+            affine,
+            affine_rounds,
             runs,
             median_ms,
             min_ms,

@@ -87,30 +87,46 @@ pub(super) unsafe fn enqueue_sort(
     wc: u32,
 ) -> Result<(), CudaError> {
     let keys = wc as usize * (1usize << (c - 1));
-    let tiles = keys.div_ceil(SCAN_TILE);
-    let (n32, k32, t32) = (u32_of(n)?, u32_of(keys)?, u32_of(tiles)?);
+    let n32 = u32_of(n)?;
     let Scratch {
         counts,
         offsets,
-        tile_sums,
         digits,
         sorted,
         ..
     } = *sc;
-    let tile_grid = grid_1d(tiles * SCAN_THREADS as usize, SCAN_THREADS)?;
     // SAFETY: `counts` holds `keys` u32.
     unsafe { zero(gpu, s, counts, keys * 4) }?;
     // msm_bucket_count(u32* counts, const u32* digits, u32 n, u32 c); grid.y = window
     launch!(gpu, s, kernel::BUCKET_COUNT, cfg_2d(n, wc, LIGHT_BLOCK)?; counts, digits, n32, c)?;
+    // SAFETY: `offsets` holds keys + 1 u32; counts becomes the scatter's cursor.
+    unsafe { enqueue_scan(gpu, s, sc, offsets, keys) }?;
+    // msm_bucket_scatter(u32* sorted, u32* cursor, const u32* digits, const u32* base_index,
+    //                    u32 n, u32 c); grid.y = window
+    launch!(gpu, s, kernel::BUCKET_SCATTER, cfg_2d(n, wc, LIGHT_BLOCK)?; sorted, counts, digits, base_index, n32, c)
+}
+
+/// offsets[0..=keys] = the exclusive prefix sums of `sc.counts[0..keys]`, which become
+/// a copy of offsets[0..keys] (the scatter's cursor).
+///
+/// # Safety
+/// `offsets` addresses keys + 1 u32; keys ≤ the workspace's.
+unsafe fn enqueue_scan(
+    gpu: &Gpu,
+    s: &Stream,
+    sc: &Scratch,
+    offsets: CUdeviceptr,
+    keys: usize,
+) -> Result<(), CudaError> {
+    let tiles = keys.div_ceil(SCAN_TILE);
+    let (k32, t32, counts, tile_sums) = (u32_of(keys)?, u32_of(tiles)?, sc.counts, sc.tile_sums);
+    let tile_grid = grid_1d(tiles * SCAN_THREADS as usize, SCAN_THREADS)?;
     // msm_scan_reduce(u32* tile_sums, const u32* counts, u32 K)
     launch!(gpu, s, kernel::SCAN_REDUCE, tile_grid; tile_sums, counts, k32)?;
     // msm_scan_tiles(u32* tile_sums, u32 tiles)
     launch!(gpu, s, kernel::SCAN_TILES, grid_1d(1, SCAN_THREADS)?; tile_sums, t32)?;
     // msm_scan_apply(u32* offsets, u32* cursor, const u32* counts, const u32* tile_sums, u32 K)
-    launch!(gpu, s, kernel::SCAN_APPLY, tile_grid; offsets, counts, counts, tile_sums, k32)?;
-    // msm_bucket_scatter(u32* sorted, u32* cursor, const u32* digits, const u32* base_index,
-    //                    u32 n, u32 c); grid.y = window
-    launch!(gpu, s, kernel::BUCKET_SCATTER, cfg_2d(n, wc, LIGHT_BLOCK)?; sorted, counts, digits, base_index, n32, c)
+    launch!(gpu, s, kernel::SCAN_APPLY, tile_grid; offsets, counts, counts, tile_sums, k32)
 }
 
 /// (c) Bucket sums over `slices` (≤ sc.slices) slices of the sorted entries, then the
@@ -145,6 +161,27 @@ pub(super) unsafe fn enqueue_accumulate(
     // msm_accumulate_sorted(xyzz* buckets, u32* head_keys, xyzz* head_pts, const u32* sorted,
     //                       const u32* offsets, const affine* bases, u32 K, u32 S)
     launch!(@curve.module, gpu, s, curve.accumulate_sorted, grid_1d(slices, block)?; buckets, hk0, hp0, sorted, offsets, bases, k32, s32)?;
+    // SAFETY: forwarded.
+    unsafe { enqueue_fold_heads(gpu, s, curve, sc, pts, buckets, slices, fold) }
+}
+
+/// Folds the heads of `slices` accumulation slices into `buckets`, `fold` at a time,
+/// level by level.
+///
+/// # Safety
+/// As [`enqueue_accumulate`]; `buckets` holds the keys the heads name.
+#[allow(clippy::too_many_arguments)]
+unsafe fn enqueue_fold_heads(
+    gpu: &Gpu,
+    s: &Stream,
+    curve: &Curve,
+    sc: &Scratch,
+    pts: &PointScratch,
+    buckets: CUdeviceptr,
+    slices: usize,
+    fold: u32,
+) -> Result<(), CudaError> {
+    let (hk, hp, block) = (sc.head_keys, pts.head_pts, curve.block);
     let (mut count, mut i) = (slices, 0);
     while count > 1 {
         let out_count = count.div_ceil(fold as usize);
@@ -153,6 +190,70 @@ pub(super) unsafe fn enqueue_accumulate(
         //                      const xyzz* in_pts, u32 count, u32 T)
         launch!(@curve.module, gpu, s, curve.accumulate_heads, grid_1d(out_count, block)?; buckets, ok, op, ik, ip, c32, fold)?;
         (count, i) = (out_count, 1 - i);
+    }
+    Ok(())
+}
+
+/// (c') then (c) for G1: for each sub-pass of the pass's wc windows (as many as
+/// `aff.entries` sorted entries hold), `rounds` batch-affine rounds, then the XYZZ
+/// accumulation of their points into the sub-pass's buckets.
+///
+/// # Safety
+/// As [`enqueue_accumulate`]; the sort of wc windows of n scalars has run on `sc`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn enqueue_accumulate_affine(
+    gpu: &Gpu,
+    s: &Stream,
+    sc: &Scratch,
+    aff: &AffineScratch,
+    bases: CUdeviceptr,
+    (n, plan, wc, rounds): (usize, WindowPlan, u32, u32),
+    clock: &mut Option<&mut Clock>,
+) -> Result<(), CudaError> {
+    let nb = plan.buckets();
+    let sub = (aff.entries / n).clamp(1, wc as usize);
+    for w0 in (0..wc as usize).step_by(sub) {
+        let (keys, k0) = (sub.min(wc as usize - w0) * nb, w0 * nb);
+        let entries = keys / nb * n;
+        let k32 = u32_of(keys)?;
+        // Round 0 reads the sort's offsets of these keys (absolute positions in sorted).
+        let mut in_off = sc.offsets + 4 * k0 as u64;
+        for r in 0..rounds as usize {
+            let (out_off, out_pts, prefix) = (aff.offsets[r % 2], aff.pts[r % 2], aff.prefix);
+            // The counts region (the scatter's cursor) is free again.
+            let counts = sc.counts;
+            // msm_halve_counts(u32* counts, const u32* in_off, u32 K)
+            launch!(gpu, s, kernel::HALVE_COUNTS, grid_1d(keys, LIGHT_BLOCK)?; counts, in_off, k32)?;
+            // SAFETY: each offsets region holds the workspace's keys + 1 ≥ keys + 1.
+            unsafe { enqueue_scan(gpu, s, sc, out_off, keys) }?;
+            // Threads for ~AFFINE_BATCH slots each at the round's most output.
+            let most = (entries >> (r + 1)) + keys;
+            let threads = most.div_ceil(AFFINE_BATCH).clamp(1, aff.threads);
+            let (grid, t32) = (grid_1d(threads, POINT_BLOCK)?, u32_of(threads)?);
+            if r == 0 {
+                let sorted = sc.sorted;
+                // msm_pair_entries(affine* out, fp* prefix, const u32* in_off, const u32* out_off,
+                //                  const u32* sorted, const affine* bases, u32 K, u32 S)
+                launch!(gpu, s, kernel::PAIR_ENTRIES, grid; out_pts, prefix, in_off, out_off, sorted, bases, k32, t32)?;
+            } else {
+                let in_pts = aff.pts[(r - 1) % 2];
+                // msm_pair_points(affine* out, fp* prefix, const u32* in_off, const u32* out_off,
+                //                 const affine* pts, u32 K, u32 S)
+                launch!(gpu, s, kernel::PAIR_POINTS, grid; out_pts, prefix, in_off, out_off, in_pts, k32, t32)?;
+            }
+            in_off = out_off;
+        }
+        mark(gpu, s, clock, "affine rounds")?;
+        let pts = aff.pts[(rounds as usize - 1) % 2];
+        let buckets = sc.pts.buckets + k0 as u64 * XYZZ;
+        let slices = (entries >> rounds).div_ceil(4).clamp(1, sc.slices);
+        let (hk0, hp0, s32) = (sc.head_keys[0], sc.pts.head_pts[0], u32_of(slices)?);
+        // msm_accumulate_points(xyzz* buckets, u32* head_keys, xyzz* head_pts,
+        //                       const u32* offsets, const affine* pts, u32 K, u32 S)
+        launch!(gpu, s, kernel::ACCUMULATE_POINTS, grid_1d(slices, POINT_BLOCK)?; buckets, hk0, hp0, in_off, pts, k32, s32)?;
+        // SAFETY: the heads name keys < `keys` of these buckets.
+        unsafe { enqueue_fold_heads(gpu, s, &G1_CURVE, sc, &sc.pts, buckets, slices, FOLD) }?;
+        mark(gpu, s, clock, "accumulate")?;
     }
     Ok(())
 }
@@ -256,8 +357,20 @@ pub(super) unsafe fn enqueue_pippenger(
             enqueue_sort(gpu, s, sc, base_index, n, plan.c, wc)?;
             mark(gpu, s, &mut clock, "sort")?;
             let keys = wc as usize * plan.buckets();
-            enqueue_accumulate(gpu, s, &G1_CURVE, sc, &sc.pts, bases, keys, slices, FOLD)?;
-            mark(gpu, s, &mut clock, "accumulate")?;
+            match ws
+                .affine
+                .as_ref()
+                .map(|(a, ..)| (a, a.config.for_plan(n, plan)))
+            {
+                Some((aff, rounds)) if rounds > 0 => {
+                    let pass = (n, plan, wc, rounds);
+                    enqueue_accumulate_affine(gpu, s, sc, aff, bases, pass, &mut clock)?;
+                }
+                _ => {
+                    enqueue_accumulate(gpu, s, &G1_CURVE, sc, &sc.pts, bases, keys, slices, FOLD)?;
+                    mark(gpu, s, &mut clock, "accumulate")?;
+                }
+            }
             let at = windows + u64::from(w0) * XYZZ;
             enqueue_reduce(gpu, s, &G1_CURVE, sc, &sc.pts, at, (plan.c, wc, span))?;
             mark(gpu, s, &mut clock, "reduce")?;

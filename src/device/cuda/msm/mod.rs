@@ -65,6 +65,10 @@ pub mod kernel {
     pub const BUCKET_SCATTER: &str = "msm_bucket_scatter";
     pub const ACCUMULATE_SORTED: &str = "msm_accumulate_sorted";
     pub const ACCUMULATE_HEADS: &str = "msm_accumulate_heads";
+    pub const HALVE_COUNTS: &str = "msm_halve_counts";
+    pub const PAIR_ENTRIES: &str = "msm_pair_entries";
+    pub const PAIR_POINTS: &str = "msm_pair_points";
+    pub const ACCUMULATE_POINTS: &str = "msm_accumulate_points";
     pub const REDUCE_BUCKETS: &str = "msm_reduce_buckets";
     pub const SUM_CHUNKS: &str = "msm_sum_chunks";
     pub const BATCH_ADD_BITMAP: &str = "msm_batch_add_bitmap";
@@ -95,6 +99,7 @@ const FOLD: u32 = 32;
 /// Scalar positions and base indices must fit 31 bits (bit 31 is the sign).
 pub const MAX_LEN: usize = (1 << 31) - 1;
 const XYZZ: u64 = std::mem::size_of::<DevG1Xyzz>() as u64;
+const AFFINE: u64 = std::mem::size_of::<DevG1Affine>() as u64;
 
 pub mod bench;
 mod enqueue;
@@ -107,8 +112,8 @@ pub use bench::*;
 use enqueue::*;
 pub use inputs::*;
 pub use plan::*;
-pub use workspace::MsmWorkspace;
 use workspace::*;
+pub use workspace::{AffineRounds, MsmWorkspace};
 pub(crate) use workspace::{Beside, Curve, PointScratch};
 
 // ---------------------------------------------------------------------------------

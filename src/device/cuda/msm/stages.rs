@@ -22,6 +22,7 @@ fn workspace(
         keys: k,
         slices: sl,
         partials,
+        affine: None,
     };
     let mut ws = MsmWorkspace::with_sizes(gpu, s, sizes, AllocKind::StreamOrdered)?;
     ws.poison(gpu, s)?;

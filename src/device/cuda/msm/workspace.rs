@@ -16,6 +16,8 @@ pub(crate) struct Sizes {
     pub(super) slices: usize,
     /// Reduction groups / batch-addition parts, and the first fold of those.
     pub(super) partials: [usize; 2],
+    /// Stage (c'), if on: its options with `entries` raised to at least max_n.
+    pub(super) affine: Option<AffineRounds>,
 }
 
 /// Raw addresses of the scratch one Pippenger pass uses, carved from a workspace's
@@ -33,6 +35,57 @@ pub(super) struct Scratch {
     pub(super) head_keys: [CUdeviceptr; 2],
     pub(super) pts: PointScratch,
     pub(super) slices: usize,
+}
+
+/// Stage (c') options: `rounds` batch-affine rounds before the XYZZ accumulation
+/// (fewer when buckets are too small to pair: see [`AffineRounds::for_plan`]), over
+/// sub-passes of at most `entries` sorted entries (the scratch grows ~100 B an entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AffineRounds {
+    pub rounds: u32,
+    pub entries: usize,
+}
+
+impl AffineRounds {
+    /// What [`MsmWorkspace::new`] uses: two rounds, sub-passes of up to 2^26 entries.
+    pub const DEFAULT: AffineRounds = AffineRounds {
+        rounds: 2,
+        entries: 1 << 26,
+    };
+    /// Rounds for an MSM of n scalars under `plan`: at most `rounds`, and none once a
+    /// bucket holds fewer than two entries on average (n / 2^(c−1) for full scalars).
+    pub fn for_plan(&self, n: usize, plan: WindowPlan) -> u32 {
+        let per_bucket = n / plan.buckets();
+        self.rounds.min(per_bucket.checked_ilog2().unwrap_or(0))
+    }
+}
+
+/// The regions of stage (c'), carved from one point buffer and one u32 buffer: round
+/// outputs ping-pong between `pts[0]` and `pts[1]` (and their offsets), `prefix` holds
+/// a round's prefix products (field elements).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AffineScratch {
+    pub(super) pts: [CUdeviceptr; 2],
+    pub(super) prefix: CUdeviceptr,
+    pub(super) offsets: [CUdeviceptr; 2],
+    /// Sorted entries per sub-pass (at least max_n: one window).
+    pub(super) entries: usize,
+    /// Most threads of a round (and prefix slack).
+    pub(super) threads: usize,
+    pub(super) config: AffineRounds,
+}
+
+/// Denominators per thread of a batch-affine round (one inversion each).
+pub(super) const AFFINE_BATCH: usize = 256;
+
+/// Element counts of stage (c')'s regions for sub-passes of `entries` sorted entries
+/// over at most `keys` buckets: (points ×2, prefix field elements, threads).
+fn affine_counts(entries: usize, keys: usize) -> ([usize; 2], usize, usize) {
+    // Round r's output is at most in_r / 2 + keys / 2 (odd runs): round 0 ≤ E/2 + K
+    // (pts[0], also rounds 2, 4, …), round 1 ≤ E/4 + 2K (pts[1], rounds 3, 5, …).
+    let out0 = entries / 2 + keys;
+    let threads = out0.div_ceil(AFFINE_BATCH);
+    ([out0, entries / 4 + 2 * keys], out0 + threads, threads)
 }
 
 /// The point regions of one Pippenger pass, in one curve's XYZZ points: the buckets,
@@ -95,7 +148,13 @@ pub(crate) struct Beside {
 
 impl Sizes {
     /// Scratch for MSMs of up to max_n scalars under `plan` (the largest plan they use).
-    fn new(plan: WindowPlan, max_n: usize, windows_per_pass: Option<u32>, slices: usize) -> Sizes {
+    fn new(
+        plan: WindowPlan,
+        max_n: usize,
+        windows_per_pass: Option<u32>,
+        slices: usize,
+        affine: Option<AffineRounds>,
+    ) -> Sizes {
         let wg = windows_per_pass
             .unwrap_or(plan.windows)
             .clamp(1, plan.windows) as usize;
@@ -109,7 +168,23 @@ impl Sizes {
             keys: wg * plan.buckets(),
             slices,
             partials,
+            affine: affine.map(|a| AffineRounds {
+                entries: a.entries.clamp(max_n, wg * max_n),
+                ..a
+            }),
         }
+    }
+    /// Stage (c')'s counts ([`affine_counts`]), if on.
+    fn affine_counts(&self) -> Option<([usize; 2], usize, usize)> {
+        (self.affine).map(|a| affine_counts(a.entries, self.keys))
+    }
+    /// Stage (c')'s device bytes: points, prefix elements, two offset arrays.
+    fn affine_bytes(&self) -> u64 {
+        self.affine_counts().map_or(0, |(pts, prefix, _)| {
+            (pts[0] + pts[1]) as u64 * AFFINE
+                + prefix as u64 * AFFINE / 2
+                + 8 * (self.keys as u64 + 1)
+        })
     }
     /// u32 regions, in carving order: index, bitmap, digits, sorted, counts, offsets,
     /// tile sums, head keys ×2.
@@ -135,7 +210,9 @@ impl Sizes {
     fn bytes(&self) -> u64 {
         let words: usize = self.words().iter().sum();
         let points: usize = self.points().iter().sum();
-        (self.max_n * std::mem::size_of::<DevFr>() + words * 4) as u64 + points as u64 * XYZZ
+        (self.max_n * std::mem::size_of::<DevFr>() + words * 4) as u64
+            + points as u64 * XYZZ
+            + self.affine_bytes()
     }
     fn carve(&self, scalars: CUdeviceptr, words: CUdeviceptr, points: CUdeviceptr) -> Scratch {
         let at = |base: CUdeviceptr, lens: &[usize], i: usize, size: u64| {
@@ -171,17 +248,47 @@ pub struct MsmWorkspace {
     pub(super) scalars: DeviceBuffer<DevFr>,
     pub(super) words: DeviceBuffer<u32>,
     pub(super) points: DeviceBuffer<DevG1Xyzz>,
+    /// Stage (c')'s regions and their buffers (points and prefix; offsets), if on.
+    pub(super) affine: Option<(AffineScratch, DeviceBuffer<DevG1Affine>, DeviceBuffer<u32>)>,
 }
 
 impl MsmWorkspace {
-    /// All windows in one pass (the fastest, largest footprint).
+    /// All windows in one pass with [`AffineRounds::DEFAULT`] (the fastest, largest
+    /// footprint).
     pub fn new(
         gpu: &Gpu,
         stream: &Stream,
         max_len: usize,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
-        Self::with_windows_per_pass(gpu, stream, max_len, None, kind)
+        Self::build(
+            gpu,
+            stream,
+            max_len,
+            None,
+            None,
+            Some(AffineRounds::DEFAULT),
+            kind,
+        )
+    }
+    /// All windows in one pass, stage (c') as `affine` says (`None`: off, every
+    /// addition in XYZZ), the plan `plan` (`None`: the planner's choice per size).
+    pub fn with_affine(
+        gpu: &Gpu,
+        stream: &Stream,
+        max_len: usize,
+        plan: Option<WindowPlan>,
+        affine: Option<AffineRounds>,
+        kind: AllocKind,
+    ) -> Result<Self, CudaError> {
+        if let Some(p) = plan {
+            if WindowPlan::checked(p.c)? != p {
+                return Err(invalid(format!(
+                    "window plan {p:?} is not c-bit windows over 256 bits"
+                )));
+            }
+        }
+        Self::build(gpu, stream, max_len, plan, None, affine, kind)
     }
     /// All windows in one pass, every MSM with `plan` instead of the planner's choice
     /// (benchmarks and tests of other window widths). `plan` must be
@@ -198,10 +305,19 @@ impl MsmWorkspace {
                 "window plan {plan:?} is not c-bit windows over 256 bits"
             )));
         }
-        Self::build(gpu, stream, max_len, Some(plan), None, kind)
+        Self::build(
+            gpu,
+            stream,
+            max_len,
+            Some(plan),
+            None,
+            Some(AffineRounds::DEFAULT),
+            kind,
+        )
     }
     /// `windows_per_pass` windows of a `max_len` MSM at a time (`None`: all), which
-    /// bounds the digit, sort and bucket scratch: the small-card footprint.
+    /// bounds the digit, sort and bucket scratch: the small-card footprint. Stage (c')
+    /// is off (its scratch would undo the saving).
     pub fn with_windows_per_pass(
         gpu: &Gpu,
         stream: &Stream,
@@ -209,7 +325,7 @@ impl MsmWorkspace {
         windows_per_pass: Option<u32>,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
-        Self::build(gpu, stream, max_len, None, windows_per_pass, kind)
+        Self::build(gpu, stream, max_len, None, windows_per_pass, None, kind)
     }
     fn build(
         gpu: &Gpu,
@@ -217,6 +333,7 @@ impl MsmWorkspace {
         max_len: usize,
         plan: Option<WindowPlan>,
         windows_per_pass: Option<u32>,
+        affine: Option<AffineRounds>,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
         if max_len > MAX_LEN {
@@ -233,6 +350,7 @@ impl MsmWorkspace {
             max_len,
             windows_per_pass,
             resident.min(MAX_SLICES),
+            affine,
         );
         let mut ws = Self::with_sizes(gpu, stream, sizes, kind)?;
         ws.plan = plan;
@@ -248,22 +366,51 @@ impl MsmWorkspace {
         let words = gpu.alloc::<u32>(s, sizes.words().iter().sum(), kind)?;
         let points = gpu.alloc::<DevG1Xyzz>(s, sizes.points().iter().sum(), kind)?;
         let scratch = sizes.carve(scalars.raw(), words.raw(), points.raw());
-        Ok(MsmWorkspace {
+        let mut ws = MsmWorkspace {
             sizes,
             plan: None,
             scratch,
             scalars,
             words,
             points,
-        })
+            affine: None,
+        };
+        if let (Some(config), Some((pts, prefix, threads))) = (sizes.affine, sizes.affine_counts())
+        {
+            // The prefix's field elements are half a point each.
+            let len = pts[0] + pts[1] + prefix.div_ceil(2);
+            // On an error, Drop frees what was allocated (the workspace included).
+            let points = gpu.alloc::<DevG1Affine>(s, len, kind)?;
+            let offsets = gpu.alloc::<u32>(s, 2 * (sizes.keys + 1), kind)?;
+            let (pb, ob) = (points.raw(), offsets.raw());
+            let scratch = AffineScratch {
+                pts: [pb, pb + pts[0] as u64 * AFFINE],
+                prefix: pb + (pts[0] + pts[1]) as u64 * AFFINE,
+                offsets: [ob, ob + 4 * (sizes.keys as u64 + 1)],
+                entries: config.entries,
+                threads,
+                config,
+            };
+            ws.affine = Some((scratch, points, offsets));
+        }
+        Ok(ws)
     }
     /// Device bytes of a workspace for `len` scalars, all windows in one pass (an upper
     /// bound: the accumulation slices are counted at their maximum).
     pub fn bytes_needed(len: usize) -> u64 {
-        Self::bytes_needed_with(len, None)
+        let plan = WindowPlan::for_len(len);
+        Sizes::new(plan, len, None, MAX_SLICES, Some(AffineRounds::DEFAULT)).bytes()
     }
+    /// [`MsmWorkspace::with_windows_per_pass`]'s bytes (stage (c') off).
     pub fn bytes_needed_with(len: usize, windows_per_pass: Option<u32>) -> u64 {
-        Sizes::new(WindowPlan::for_len(len), len, windows_per_pass, MAX_SLICES).bytes()
+        Sizes::new(
+            WindowPlan::for_len(len),
+            len,
+            windows_per_pass,
+            MAX_SLICES,
+            None,
+        )
+        .bytes()
     }
     pub fn bytes(&self) -> u64 {
         self.sizes.bytes()
@@ -275,7 +422,14 @@ impl MsmWorkspace {
     /// [`MsmWorkspace::point_counts`] of a workspace [`MsmWorkspace::bytes_needed_with`]
     /// sizes (an upper bound, as there).
     pub(crate) fn point_counts_needed(len: usize, windows_per_pass: Option<u32>) -> [usize; 5] {
-        Sizes::new(WindowPlan::for_len(len), len, windows_per_pass, MAX_SLICES).points()
+        Sizes::new(
+            WindowPlan::for_len(len),
+            len,
+            windows_per_pass,
+            MAX_SLICES,
+            None,
+        )
+        .points()
     }
     /// The device bitmap of the last batch addition enqueued on this workspace (⌈n/32⌉
     /// words): valid, in stream order, until the next batch addition on it. B_G2's
@@ -294,11 +448,19 @@ impl MsmWorkspace {
     pub fn poison(&mut self, gpu: &Gpu, stream: &Stream) -> Result<(), CudaError> {
         gpu.poison(stream, &mut self.scalars)?;
         gpu.poison(stream, &mut self.words)?;
-        gpu.poison(stream, &mut self.points)
+        gpu.poison(stream, &mut self.points)?;
+        if let Some((_, points, offsets)) = &mut self.affine {
+            gpu.poison(stream, points)?;
+            gpu.poison(stream, offsets)?;
+        }
+        Ok(())
     }
     /// Frees every buffer now, reporting the first error (see [`DeviceBuffer::free`]).
     pub fn free(self) -> Result<(), CudaError> {
-        let r = [self.scalars.free(), self.words.free(), self.points.free()];
+        let mut r = vec![self.scalars.free(), self.words.free(), self.points.free()];
+        if let Some((_, points, offsets)) = self.affine {
+            r.extend([points.free(), offsets.free()]);
+        }
         r.into_iter().collect()
     }
     /// Windows per pass for an MSM of n > 0 scalars under `plan`.
@@ -327,11 +489,11 @@ mod tests {
         );
         // An explicit plan sizes the buckets: keys = windows × 2^(c−1).
         let p18 = WindowPlan::with_bits(18);
-        let sizes = Sizes::new(p18, 1 << 14, None, 500);
+        let sizes = Sizes::new(p18, 1 << 14, None, 500, None);
         assert_eq!(sizes.keys, p18.windows as usize * p18.buckets());
         assert_eq!(sizes.entries, p18.windows as usize * (1 << 14));
         // Regions are disjoint and in bounds: each starts where the previous ends.
-        let sizes = Sizes::new(WindowPlan::for_len(1000), 1000, None, 500);
+        let sizes = Sizes::new(WindowPlan::for_len(1000), 1000, None, 500, None);
         let sc = sizes.carve(1 << 40, 1 << 41, 1 << 42);
         let w = sizes.words();
         let starts = [
