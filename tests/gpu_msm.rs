@@ -439,14 +439,20 @@ fn gpu_msm_batch_affine_rounds() {
         ("skewed", &points, scalar_mix(n, 38, 0.9, 0.09)),
     ];
     let wants: Vec<G1Projective> = cases.iter().map(|(_, b, k)| reference(b, k)).collect();
-    let affine = |rounds, entries| Some(AffineRounds { rounds, entries });
+    let affine = |rounds, entries, batch| {
+        Some(AffineRounds {
+            rounds,
+            entries,
+            batch,
+        })
+    };
     let configs = [
         (None, None),
-        (None, affine(1, 1)),
+        (None, affine(1, 1, 256)),
         (None, AffineRounds::DEFAULT.into()),
-        (None, affine(3, 1 << 15)),
-        (Some(WindowPlan::with_bits(4)), affine(12, 1 << 30)),
-        (Some(WindowPlan::with_bits(4)), affine(2, 1)),
+        (None, affine(3, 1 << 15, 7)),
+        (Some(WindowPlan::with_bits(4)), affine(12, 1 << 30, 1000)),
+        (Some(WindowPlan::with_bits(4)), affine(2, 1, 1)),
     ];
     for (plan, aff) in configs {
         let mut ws = MsmWorkspace::with_affine(gpu(), &s, n, plan, aff, AllocKind::StreamOrdered)

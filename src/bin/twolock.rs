@@ -226,6 +226,10 @@ struct KernelBenchArgs {
     /// about 100 bytes an entry).
     #[arg(long, default_value_t = msm_default_entries_log())]
     affine_entries_log: u32,
+    /// MSM only: pairs per inversion in the batch-affine rounds, one run of every
+    /// size per value and round count (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [msm_default_batch()])]
+    affine_batch: Vec<usize>,
     #[arg(long)]
     json: bool,
 }
@@ -239,6 +243,14 @@ fn msm_default_entries_log() -> u32 {
     twolock::device::cuda::msm::AffineRounds::DEFAULT
         .entries
         .ilog2()
+}
+#[cfg(feature = "cuda")]
+fn msm_default_batch() -> usize {
+    twolock::device::cuda::msm::AffineRounds::DEFAULT.batch
+}
+#[cfg(not(feature = "cuda"))]
+fn msm_default_batch() -> usize {
+    256
 }
 #[cfg(not(feature = "cuda"))]
 fn msm_default_rounds() -> u32 {
@@ -950,18 +962,26 @@ mod kernels {
             gpu.name(),
             k.runs
         );
-        if k.affine_entries_log > 31 || k.affine_rounds.is_empty() {
+        if k.affine_entries_log > 31 || k.affine_rounds.is_empty() || k.affine_batch.contains(&0) {
             return Err(Error::Usage(format!(
-                "--affine-entries-log {} (at most 31) and at least one --affine-rounds",
+                "--affine-entries-log {} (at most 31), at least one --affine-rounds, \
+                 --affine-batch values ≥ 1",
                 k.affine_entries_log
             )));
         }
+        // Off once; on for every (rounds, batch) pair.
+        let settings = k.affine_rounds.iter().flat_map(|&rounds| {
+            let batches: &[usize] = if rounds == 0 { &[0] } else { &k.affine_batch };
+            batches.iter().map(move |&batch| {
+                (rounds > 0).then_some(msm::AffineRounds {
+                    rounds,
+                    entries: 1 << k.affine_entries_log,
+                    batch,
+                })
+            })
+        });
         let mut ours = Vec::new();
-        for &rounds in &k.affine_rounds {
-            let affine = (rounds > 0).then_some(msm::AffineRounds {
-                rounds,
-                entries: 1 << k.affine_entries_log,
-            });
+        for affine in settings {
             ours.extend(
                 msm::bench_msm_with(&gpu, &logs, k.runs, k.window_bits, affine).map_err(dev)?,
             );
@@ -992,9 +1012,10 @@ mod kernels {
             let agree_peer = peer.map(|(_, p)| Some(p) == t.result);
             ok &= t.consistent && agree_cpu != Some(false) && agree_peer != Some(false);
             eprintln!(
-                "  2^{} ({} affine rounds): {:.2} ms (arkworks {}, sppark {})",
+                "  2^{} ({} affine rounds, batch {}): {:.2} ms (arkworks {}, sppark {})",
                 t.log_n,
                 t.affine_rounds,
+                t.affine.map_or(0, |a| a.batch),
                 t.median_ms,
                 or_dash(cpu.map(|c| c.0), 1, " ms"),
                 or_dash(peer.map(|p| p.0), 2, " ms")

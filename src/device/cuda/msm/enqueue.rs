@@ -226,9 +226,9 @@ pub(super) unsafe fn enqueue_accumulate_affine(
             launch!(gpu, s, kernel::HALVE_COUNTS, grid_1d(keys, LIGHT_BLOCK)?; counts, in_off, k32)?;
             // SAFETY: each offsets region holds the workspace's keys + 1 ≥ keys + 1.
             unsafe { enqueue_scan(gpu, s, sc, out_off, keys) }?;
-            // Threads for ~AFFINE_BATCH slots each at the round's most output.
+            // Threads for ~batch slots each at the round's most output.
             let most = (entries >> (r + 1)) + keys;
-            let threads = most.div_ceil(AFFINE_BATCH).clamp(1, aff.threads);
+            let threads = most.div_ceil(aff.config.batch).clamp(1, aff.threads);
             let (grid, t32) = (grid_1d(threads, POINT_BLOCK)?, u32_of(threads)?);
             if r == 0 {
                 let sorted = sc.sorted;

@@ -39,11 +39,13 @@ pub(super) struct Scratch {
 
 /// Stage (c') options: `rounds` batch-affine rounds before the XYZZ accumulation
 /// (fewer when buckets are too small to pair: see [`AffineRounds::for_plan`]), over
-/// sub-passes of at most `entries` sorted entries (the scratch grows ~100 B an entry).
+/// sub-passes of at most `entries` sorted entries (the scratch grows ~100 B an entry),
+/// each thread sharing one inversion among about `batch` pairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct AffineRounds {
     pub rounds: u32,
     pub entries: usize,
+    pub batch: usize,
 }
 
 impl AffineRounds {
@@ -51,6 +53,7 @@ impl AffineRounds {
     pub const DEFAULT: AffineRounds = AffineRounds {
         rounds: 2,
         entries: 1 << 26,
+        batch: 256,
     };
     /// Rounds for an MSM of n scalars under `plan`: at most `rounds`, and none once a
     /// bucket holds fewer than two entries on average (n / 2^(c−1) for full scalars).
@@ -75,16 +78,14 @@ pub(super) struct AffineScratch {
     pub(super) config: AffineRounds,
 }
 
-/// Denominators per thread of a batch-affine round (one inversion each).
-pub(super) const AFFINE_BATCH: usize = 256;
-
 /// Element counts of stage (c')'s regions for sub-passes of `entries` sorted entries
-/// over at most `keys` buckets: (points ×2, prefix field elements, threads).
-fn affine_counts(entries: usize, keys: usize) -> ([usize; 2], usize, usize) {
+/// over at most `keys` buckets, `batch` slots a thread: (points ×2, prefix field
+/// elements, threads).
+fn affine_counts(entries: usize, keys: usize, batch: usize) -> ([usize; 2], usize, usize) {
     // Round r's output is at most in_r / 2 + keys / 2 (odd runs): round 0 ≤ E/2 + K
     // (pts[0], also rounds 2, 4, …), round 1 ≤ E/4 + 2K (pts[1], rounds 3, 5, …).
     let out0 = entries / 2 + keys;
-    let threads = out0.div_ceil(AFFINE_BATCH);
+    let threads = out0.div_ceil(batch);
     ([out0, entries / 4 + 2 * keys], out0 + threads, threads)
 }
 
@@ -170,13 +171,14 @@ impl Sizes {
             partials,
             affine: affine.map(|a| AffineRounds {
                 entries: a.entries.clamp(max_n, wg * max_n),
+                batch: a.batch.max(1),
                 ..a
             }),
         }
     }
     /// Stage (c')'s counts ([`affine_counts`]), if on.
     fn affine_counts(&self) -> Option<([usize; 2], usize, usize)> {
-        (self.affine).map(|a| affine_counts(a.entries, self.keys))
+        (self.affine).map(|a| affine_counts(a.entries, self.keys, a.batch))
     }
     /// Stage (c')'s device bytes: points, prefix elements, two offset arrays.
     fn affine_bytes(&self) -> u64 {
