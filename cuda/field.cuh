@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "safegcd.cuh"
+
 namespace ptx {
 #define TWOLOCK_PTX3(name, insn)                                                     \
     __device__ __forceinline__ uint32_t name(uint32_t a, uint32_t b) {               \
@@ -240,8 +242,17 @@ struct __align__(16) mont_t {
         return pow_limbs(limbs, 2);
     }
 
-    // a^(p-2) = a^-1 by Fermat's little theorem; 0 maps to 0.
+    // a^-1, 0 for 0. This is a·R in Montgomery form; safegcd inverts the integer, giving
+    // a^-1·R^-1, and a Montgomery product with R^3 = (R^2)^2·R^-1 makes it a^-1·R.
+    // About 40 times cheaper than Fermat's a^(p-2), which stays as the fallback for a
+    // divstep count past the proven bound (which does not happen).
     __device__ __forceinline__ mont_t inverse() const {
+        mont_t r;
+        if (safegcd::inverse<N>(r.v, v, MOD)) return r * (r2() * r2());
+        return inverse_fermat();
+    }
+    // a^(p-2) = a^-1 by Fermat's little theorem; 0 maps to 0.
+    __device__ __noinline__ mont_t inverse_fermat() const {
         uint32_t e[N];
         e[0] = ptx::sub_cc(MOD[0], 2);
 #pragma unroll
