@@ -11,6 +11,9 @@
 //       scan_*            exclusive prefix sum of the histogram -> bucket offsets.
 //       bucket_scatter    (base index | sign) entries placed at their bucket's offsets:
 //                         a counting sort by key.
+//   (c') halve_counts,    optional (G1): R rounds that add each bucket's points pairwise
+//        pair_round       in affine form, one field inversion shared by ~256 pairs
+//                         (Montgomery's trick), halving the points (c) then adds.
 //   (c) accumulate_sorted each thread sums an equal-length slice of the sorted entries
 //                         (mixed XYZZ + affine adds, negated for negative digits), so a
 //                         heavy bucket is spread over many threads. A bucket whose run
