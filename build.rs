@@ -43,6 +43,16 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
+    // The kernels' field inversion (cuda/safegcd.cuh, plain C++) for the host, so that
+    // its unit tests (src/device/cuda/safegcd.rs) run without a GPU.
+    println!("cargo:rerun-if-changed=src/device/cuda/safegcd_host.cpp");
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .flag_if_supported("-Wno-unknown-pragmas") // the header's #pragma unroll is for nvcc
+        .file("src/device/cuda/safegcd_host.cpp")
+        .compile("twolock_safegcd_host");
+
     let nvcc = find_nvcc().unwrap_or_else(|| panic!("{HOW_TO_GET_NVCC}"));
     let manifest =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));

@@ -7,7 +7,8 @@
 //! - [`layout`]: arkworks values ↔ the bytes the kernels read and write;
 //! - [`arith`]: elementwise field and curve test kernels, and the Fr-mul rate probe;
 //! - [`ntt`](mod@ntt): the four Fr transforms of `Radix2EvaluationDomain`, and their benchmark;
-//! - [`witness_map`](mod@witness_map): h from a, b, c as ark-groth16's `LibsnarkReduction` computes it.
+//! - [`witness_map`](mod@witness_map): h from a, b, c as ark-groth16's `LibsnarkReduction` computes it;
+//! - `safegcd`: host tests of the kernels' field inversion (`cuda/safegcd.cuh`).
 //!
 //! Without a driver nothing here panics: [`Gpu::new`] returns [`CudaError::NoDriver`].
 
@@ -17,6 +18,7 @@ pub mod g2;
 pub mod layout;
 pub mod msm;
 pub mod ntt;
+mod safegcd;
 pub mod staging;
 pub mod witness_map;
 
