@@ -16,7 +16,8 @@
 //! are not reduced still convert to a value below r (the conversion computes a·R⁻¹ mod r).
 //!
 //! Each stage is one kernel of `cuda/msm.cu` (pipeline in `cuda/msm.cuh`); [`stages`]
-//! runs each alone for the tests. The `*_enqueue` functions only enqueue on the caller's
+//! runs each alone for the tests, except (c'), which its test checks through whole MSMs
+//! at several settings (`gpu_msm_batch_affine_rounds`). The `*_enqueue` functions only enqueue on the caller's
 //! stream and write a result record into a slot of an [`MsmResults`]: an accumulator
 //! (the batch addition's sum, or zero) and the window sums. [`read_points`] waits
 //! (checked), converts, and combines the windows on the host (stage (e)). The plain
@@ -26,7 +27,8 @@
 //!
 //! Layout, in pipeline order: [`plan`] (window widths, the signed digits' CPU model),
 //! [`inputs`] (bases, scalars, the 0/1/other split), `workspace` (scratch sizes and
-//! regions, per-curve point regions), `enqueue` (stages (a)–(d) and the Pippenger run),
+//! regions, per-curve point regions, stage (c')'s options [`AffineRounds`]), `enqueue`
+//! (stages (a)–(d), the batch-affine rounds (c') before (c), and the Pippenger run),
 //! this module (result slots, stage (e) and the entry points), [`stages`] (each stage
 //! alone, for its test) and [`bench`](mod@bench) (test data and `twolock bench msm`).
 
