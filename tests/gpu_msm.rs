@@ -777,6 +777,76 @@ fn gpu_stage_accumulate() {
     }
 }
 
+/// Stage (c') alone: one batch-affine round from sorted entries, then one from its own
+/// output, against the CPU model (each run's points summed in pairs, in order, an odd
+/// one out copied): chords, a tangent (one base twice), P + (−P), infinity with
+/// infinity and with a point, empty runs and runs of 1, 2, 3, 5, 7, 64 and 1000, at
+/// several thread counts (one thread: a single inversion over every pair).
+#[test]
+fn gpu_stage_pair_round() {
+    let s = stream();
+    let mut points = bases(300, 40);
+    points[0] = G1Affine::identity();
+    let dev = upload(&s, &points);
+    let mut r = rng(41);
+    let runs = [0usize, 1, 2, 3, 7, 0, 64, 1000, 2, 2, 2, 5];
+    const NEG: u32 = 1 << 31;
+    let (mut offsets, mut entries) = (vec![0u32], Vec::new());
+    for (k, &len) in runs.iter().enumerate() {
+        for j in 0..len {
+            entries.push(match (k, j) {
+                (8, _) => 5, // P + P: the tangent
+                (9, 0) => 6, // P + (−P)
+                (9, _) => 6 | NEG,
+                (10, _) => 0,            // infinity + infinity
+                (11, 0 | 3) => 0,        // infinity + P, P + infinity
+                (11, _) => 7 + j as u32, // and an odd one out
+                _ => r.gen_range(0..300u32) | if r.gen() { NEG } else { 0 },
+            });
+        }
+        offsets.push(entries.len() as u32);
+    }
+    let value = |e: u32| {
+        let p = points[(e & !NEG) as usize];
+        if e & NEG != 0 {
+            -p
+        } else {
+            p
+        }
+    };
+    let model = |offs: &[u32], input: &[G1Affine]| {
+        let (mut o, mut out) = (vec![0u32], Vec::new());
+        for w in offs.windows(2) {
+            for pair in input[w[0] as usize..w[1] as usize].chunks(2) {
+                let sum: G1Projective = pair.iter().map(|p| p.into_group()).sum();
+                out.push(sum.into_affine());
+            }
+            o.push(out.len() as u32);
+        }
+        (o, out)
+    };
+    let inputs: Vec<G1Affine> = entries.iter().map(|&e| value(e)).collect();
+    let want = model(&offsets, &inputs);
+    let want2 = model(&want.0, &want.1);
+    for threads in [1usize, 3, 64, 5000] {
+        for run in 0..2 {
+            let got = stages::pair_round(gpu(), &s, dev.view(), &offsets, &entries, None, threads)
+                .expect("round from entries");
+            assert_eq!(got, want, "from entries, {threads} threads, run {run}");
+            let got2 =
+                stages::pair_round(gpu(), &s, dev.view(), &got.0, &[], Some(&got.1), threads)
+                    .expect("round from points");
+            assert_eq!(got2, want2, "from points, {threads} threads, run {run}");
+        }
+    }
+    // Bad input is an error before any launch.
+    let view = dev.view();
+    assert!(stages::pair_round(gpu(), &s, view, &[0, 2], &[1], None, 1).is_err());
+    assert!(stages::pair_round(gpu(), &s, view, &[0, 1], &[300], None, 1).is_err());
+    assert!(stages::pair_round(gpu(), &s, view, &[0, 1], &[1], None, 0).is_err());
+    assert!(stages::pair_round(gpu(), &s, view, &[2, 1], &[1], None, 1).is_err());
+}
+
 #[test]
 fn gpu_stage_reduce() {
     let s = stream();

@@ -219,28 +219,18 @@ pub(super) unsafe fn enqueue_accumulate_affine(
         // Round 0 reads the sort's offsets of these keys (absolute positions in sorted).
         let mut in_off = sc.offsets + 4 * k0 as u64;
         for r in 0..rounds as usize {
-            let (out_off, out_pts, prefix) = (aff.offsets[r % 2], aff.pts[r % 2], aff.prefix);
-            // The counts region (the scatter's cursor) is free again.
-            let counts = sc.counts;
-            // msm_halve_counts(u32* counts, const u32* in_off, u32 K)
-            launch!(gpu, s, kernel::HALVE_COUNTS, grid_1d(keys, LIGHT_BLOCK)?; counts, in_off, k32)?;
-            // SAFETY: each offsets region holds the workspace's keys + 1 ≥ keys + 1.
-            unsafe { enqueue_scan(gpu, s, sc, out_off, keys) }?;
+            let (out_off, out_pts) = (aff.offsets[r % 2], aff.pts[r % 2]);
+            let src = match r {
+                0 => PairSource::Entries(sc.sorted, bases),
+                _ => PairSource::Points(aff.pts[(r - 1) % 2]),
+            };
             // Threads for ~batch slots each at the round's most output.
             let most = (entries >> (r + 1)) + keys;
             let threads = most.div_ceil(aff.config.batch).clamp(1, aff.threads);
-            let (grid, t32) = (grid_1d(threads, POINT_BLOCK)?, u32_of(threads)?);
-            if r == 0 {
-                let sorted = sc.sorted;
-                // msm_pair_entries(affine* out, fp* prefix, const u32* in_off, const u32* out_off,
-                //                  const u32* sorted, const affine* bases, u32 K, u32 S)
-                launch!(gpu, s, kernel::PAIR_ENTRIES, grid; out_pts, prefix, in_off, out_off, sorted, bases, k32, t32)?;
-            } else {
-                let in_pts = aff.pts[(r - 1) % 2];
-                // msm_pair_points(affine* out, fp* prefix, const u32* in_off, const u32* out_off,
-                //                 const affine* pts, u32 K, u32 S)
-                launch!(gpu, s, kernel::PAIR_POINTS, grid; out_pts, prefix, in_off, out_off, in_pts, k32, t32)?;
-            }
+            // SAFETY: the regions hold a round's most output (`affine_counts`); the
+            // offsets regions hold the workspace's keys + 1 ≥ keys + 1.
+            let round = (in_off, out_off, out_pts);
+            unsafe { enqueue_pair_round(gpu, s, sc, aff.prefix, round, src, keys, threads) }?;
             in_off = out_off;
         }
         mark(gpu, s, clock, "affine rounds")?;
@@ -256,6 +246,53 @@ pub(super) unsafe fn enqueue_accumulate_affine(
         mark(gpu, s, clock, "accumulate")?;
     }
     Ok(())
+}
+
+/// Where a batch-affine round reads its points: the sorted entries (base index | sign)
+/// with the bases, or a previous round's affine points.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum PairSource {
+    Entries(CUdeviceptr, CUdeviceptr),
+    Points(CUdeviceptr),
+}
+
+/// (c') One batch-affine round over `keys` buckets: in_off's run lengths halved (in
+/// `sc.counts`), scanned into out_off, and each run's pairs summed into out_pts by
+/// `threads` threads sharing one inversion each (prefix products in `prefix`).
+///
+/// # Safety
+/// in_off and out_off address keys + 1 u32; `src` holds in_off[keys] points (entries
+/// naming live bases); out_pts the round's output (≤ in/2 + keys/2 points); `prefix`
+/// at least output + threads field elements; keys ≤ the workspace's.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn enqueue_pair_round(
+    gpu: &Gpu,
+    s: &Stream,
+    sc: &Scratch,
+    prefix: CUdeviceptr,
+    (in_off, out_off, out_pts): (CUdeviceptr, CUdeviceptr, CUdeviceptr),
+    src: PairSource,
+    keys: usize,
+    threads: usize,
+) -> Result<(), CudaError> {
+    let (k32, counts) = (u32_of(keys)?, sc.counts);
+    // msm_halve_counts(u32* counts, const u32* in_off, u32 K)
+    launch!(gpu, s, kernel::HALVE_COUNTS, grid_1d(keys, LIGHT_BLOCK)?; counts, in_off, k32)?;
+    // SAFETY: per the contract.
+    unsafe { enqueue_scan(gpu, s, sc, out_off, keys) }?;
+    let (grid, t32) = (grid_1d(threads, POINT_BLOCK)?, u32_of(threads)?);
+    match src {
+        PairSource::Entries(sorted, bases) => {
+            // msm_pair_entries(affine* out, fp* prefix, const u32* in_off, const u32* out_off,
+            //                  const u32* sorted, const affine* bases, u32 K, u32 S)
+            launch!(gpu, s, kernel::PAIR_ENTRIES, grid; out_pts, prefix, in_off, out_off, sorted, bases, k32, t32)
+        }
+        PairSource::Points(pts) => {
+            // msm_pair_points(affine* out, fp* prefix, const u32* in_off, const u32* out_off,
+            //                 const affine* pts, u32 K, u32 S)
+            launch!(gpu, s, kernel::PAIR_POINTS, grid; out_pts, prefix, in_off, out_off, pts, k32, t32)
+        }
+    }
 }
 
 /// Buckets per reduction thread: about `slices` groups in all, a power of two ≤ NB.

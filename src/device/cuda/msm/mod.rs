@@ -16,8 +16,7 @@
 //! are not reduced still convert to a value below r (the conversion computes a·R⁻¹ mod r).
 //!
 //! Each stage is one kernel of `cuda/msm.cu` (pipeline in `cuda/msm.cuh`); [`stages`]
-//! runs each alone for the tests, except (c'), which its test checks through whole MSMs
-//! at several settings (`gpu_msm_batch_affine_rounds`). The `*_enqueue` functions only enqueue on the caller's
+//! runs each alone for the tests (stage (c') one round at a time). The `*_enqueue` functions only enqueue on the caller's
 //! stream and write a result record into a slot of an [`MsmResults`]: an accumulator
 //! (the batch addition's sum, or zero) and the window sums. [`read_points`] waits
 //! (checked), converts, and combines the windows on the host (stage (e)). The plain

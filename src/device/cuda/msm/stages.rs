@@ -4,13 +4,23 @@
 //! reads before anything wrote it, is caught.
 
 use super::*;
-use crate::device::cuda::layout::{projective_to_xyzz, DevFq};
+use crate::device::cuda::layout::{g1_affine_from_dev, projective_to_xyzz, DevFq};
 
 /// A poisoned workspace of the given sizes (max_n, entries, keys, slices).
 fn workspace(
     gpu: &Gpu,
     s: &Stream,
+    dims: (usize, usize, usize, usize),
+) -> Result<MsmWorkspace, CudaError> {
+    workspace_with(gpu, s, dims, None)
+}
+
+/// [`workspace`] with stage (c')'s scratch as `affine` sizes it (its `entries` as given).
+fn workspace_with(
+    gpu: &Gpu,
+    s: &Stream,
     (n, e, k, sl): (usize, usize, usize, usize),
+    affine: Option<AffineRounds>,
 ) -> Result<MsmWorkspace, CudaError> {
     let partials = [
         sl.max(k).max(MAX_WINDOWS),
@@ -22,7 +32,7 @@ fn workspace(
         keys: k,
         slices: sl,
         partials,
-        affine: None,
+        affine,
     };
     let mut ws = MsmWorkspace::with_sizes(gpu, s, sizes, AllocKind::StreamOrdered)?;
     ws.poison(gpu, s)?;
@@ -148,6 +158,76 @@ pub fn accumulate(
             }
         })
         .collect()
+}
+
+/// (c') One batch-affine round over the buckets of `offsets` (keys + 1 of them): its
+/// input is `entries` (base index | sign) with the bases, or, given `points`, a previous
+/// round's points laid out by `offsets`; `threads` threads. Returns the output offsets
+/// (keys + 1) and points (each run's pairs summed in order, an odd one out copied).
+pub fn pair_round(
+    gpu: &Gpu,
+    s: &Stream,
+    bases: BasesView<'_>,
+    offsets: &[u32],
+    entries: &[u32],
+    points: Option<&[G1Affine]>,
+    threads: usize,
+) -> Result<(Vec<u32>, Vec<G1Affine>), CudaError> {
+    let keys = offsets.len().saturating_sub(1);
+    let total = offsets.last().map_or(0, |&t| t as usize);
+    let from_entries = points.is_none();
+    let bad = keys == 0
+        || threads == 0
+        || offsets.windows(2).any(|w| w[0] > w[1])
+        || points.map_or(entries.len(), <[_]>::len) != total
+        || (from_entries
+            && entries
+                .iter()
+                .any(|e| (e & 0x7fff_ffff) as usize >= bases.len));
+    if bad {
+        return Err(invalid(
+            "pair_round: offsets, threads, input count or an index",
+        ));
+    }
+    // Batch 1 sizes the most threads (and prefix slack) at the most output; entries of
+    // 2·total leave pts[0] room for the input points and pts[1] for the output.
+    let affine = AffineRounds {
+        rounds: 1,
+        entries: 2 * total.max(1),
+        batch: 1,
+    };
+    let ws = workspace_with(gpu, s, (0, total.max(1), keys, 1), Some(affine))?;
+    let aff = ws
+        .affine
+        .as_ref()
+        .map(|(a, ..)| *a)
+        .ok_or_else(|| invalid("no stage (c') scratch"))?;
+    put(gpu, s, ws.scratch.offsets, offsets)?;
+    let src = match points {
+        None => {
+            put(gpu, s, ws.scratch.sorted, entries)?;
+            PairSource::Entries(ws.scratch.sorted, bases.ptr)
+        }
+        Some(p) => {
+            put(gpu, s, aff.pts[0], &g1_affines_to_dev(p))?;
+            PairSource::Points(aff.pts[0])
+        }
+    };
+    let round = (ws.scratch.offsets, aff.offsets[0], aff.pts[1]);
+    let threads = threads.min(aff.threads);
+    // SAFETY: `affine_counts` sized the regions for 2·total entries over `keys` buckets
+    // at batch 1 (threads ≤ its most); the input is in pts[0] or the sorted region.
+    unsafe { enqueue_pair_round(gpu, s, &ws.scratch, aff.prefix, round, src, keys, threads) }?;
+    let out_off: Vec<u32> = get(gpu, s, aff.offsets[0], keys + 1)?;
+    let out: Vec<DevG1Affine> = get(gpu, s, aff.pts[1], out_off[keys] as usize)?;
+    let out = (out.iter().enumerate())
+        .map(|(i, d)| {
+            g1_affine_from_dev(d)
+                .ok_or_else(|| invalid(format!("pair_round: output {i} is not a point")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ws.free()?;
+    Ok((out_off, out))
 }
 
 /// (d) Window sums Σ_j j·B_j of wc windows of 2^(c−1) buckets, `span` buckets per
