@@ -195,7 +195,7 @@ unsafe fn enqueue_fold_heads(
 }
 
 /// (c') then (c) for G1: for each sub-pass of the pass's wc windows (as many as
-/// `aff.entries` sorted entries hold), `rounds` batch-affine rounds, then the XYZZ
+/// `aff.config.entries` sorted entries hold), `rounds` batch-affine rounds, then the XYZZ
 /// accumulation of their points into the sub-pass's buckets.
 ///
 /// # Safety
@@ -211,7 +211,7 @@ pub(super) unsafe fn enqueue_accumulate_affine(
     clock: &mut Option<&mut Clock>,
 ) -> Result<(), CudaError> {
     let nb = plan.buckets();
-    let sub = (aff.entries / n).clamp(1, wc as usize);
+    let sub = (aff.config.entries / n).clamp(1, wc as usize);
     for w0 in (0..wc as usize).step_by(sub) {
         let (keys, k0) = (sub.min(wc as usize - w0) * nb, w0 * nb);
         let entries = keys / nb * n;

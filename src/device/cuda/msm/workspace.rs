@@ -16,7 +16,8 @@ pub(crate) struct Sizes {
     pub(super) slices: usize,
     /// Reduction groups / batch-addition parts, and the first fold of those.
     pub(super) partials: [usize; 2],
-    /// Stage (c'), if on: its options with `entries` raised to at least max_n.
+    /// Stage (c'), if on: its options with `entries` within [max_n, windows per pass ×
+    /// max_n] (a sub-pass holds at least one window, at most a pass).
     pub(super) affine: Option<AffineRounds>,
 }
 
@@ -71,8 +72,6 @@ pub(super) struct AffineScratch {
     pub(super) pts: [CUdeviceptr; 2],
     pub(super) prefix: CUdeviceptr,
     pub(super) offsets: [CUdeviceptr; 2],
-    /// Sorted entries per sub-pass (at least max_n: one window).
-    pub(super) entries: usize,
     /// Most threads of a round (and prefix slack).
     pub(super) threads: usize,
     pub(super) config: AffineRounds,
@@ -87,6 +86,12 @@ fn affine_counts(entries: usize, keys: usize, batch: usize) -> ([usize; 2], usiz
     let out0 = entries / 2 + keys;
     let threads = out0.div_ceil(batch);
     ([out0, entries / 4 + 2 * keys], out0 + threads, threads)
+}
+
+/// Affine points of stage (c')'s point buffer: both point regions, then the prefix
+/// (a field element is half a point).
+fn affine_buffer_len((pts, prefix, _): ([usize; 2], usize, usize)) -> usize {
+    pts[0] + pts[1] + prefix.div_ceil(2)
 }
 
 /// The point regions of one Pippenger pass, in one curve's XYZZ points: the buckets,
@@ -176,16 +181,25 @@ impl Sizes {
             }),
         }
     }
+    /// The upper bound the `*_needed` functions report: the planner's plan for len, the
+    /// accumulation slices at their maximum.
+    fn needed(len: usize, windows_per_pass: Option<u32>, affine: Option<AffineRounds>) -> Sizes {
+        Sizes::new(
+            WindowPlan::for_len(len),
+            len,
+            windows_per_pass,
+            MAX_SLICES,
+            affine,
+        )
+    }
     /// Stage (c')'s counts ([`affine_counts`]), if on.
     fn affine_counts(&self) -> Option<([usize; 2], usize, usize)> {
         (self.affine).map(|a| affine_counts(a.entries, self.keys, a.batch))
     }
-    /// Stage (c')'s device bytes: points, prefix elements, two offset arrays.
+    /// Stage (c')'s device bytes: its point buffer and two offset arrays.
     fn affine_bytes(&self) -> u64 {
-        self.affine_counts().map_or(0, |(pts, prefix, _)| {
-            (pts[0] + pts[1]) as u64 * AFFINE
-                + prefix as u64 * AFFINE / 2
-                + 8 * (self.keys as u64 + 1)
+        self.affine_counts().map_or(0, |counts| {
+            affine_buffer_len(counts) as u64 * AFFINE + 8 * (self.keys as u64 + 1)
         })
     }
     /// u32 regions, in carving order: index, bitmap, digits, sorted, counts, offsets,
@@ -263,11 +277,10 @@ impl MsmWorkspace {
         max_len: usize,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
-        Self::build(
+        Self::with_affine(
             gpu,
             stream,
             max_len,
-            None,
             None,
             Some(AffineRounds::DEFAULT),
             kind,
@@ -293,8 +306,8 @@ impl MsmWorkspace {
         Self::build(gpu, stream, max_len, plan, None, affine, kind)
     }
     /// All windows in one pass, every MSM with `plan` instead of the planner's choice
-    /// (benchmarks and tests of other window widths). `plan` must be
-    /// [`WindowPlan::checked`]'s plan for its c.
+    /// (benchmarks and tests of other window widths), [`AffineRounds::DEFAULT`]. `plan`
+    /// must be [`WindowPlan::checked`]'s plan for its c.
     pub fn with_plan(
         gpu: &Gpu,
         stream: &Stream,
@@ -302,20 +315,8 @@ impl MsmWorkspace {
         plan: WindowPlan,
         kind: AllocKind,
     ) -> Result<Self, CudaError> {
-        if WindowPlan::checked(plan.c)? != plan {
-            return Err(invalid(format!(
-                "window plan {plan:?} is not c-bit windows over 256 bits"
-            )));
-        }
-        Self::build(
-            gpu,
-            stream,
-            max_len,
-            Some(plan),
-            None,
-            Some(AffineRounds::DEFAULT),
-            kind,
-        )
+        let affine = Some(AffineRounds::DEFAULT);
+        Self::with_affine(gpu, stream, max_len, Some(plan), affine, kind)
     }
     /// `windows_per_pass` windows of a `max_len` MSM at a time (`None`: all), which
     /// bounds the digit, sort and bucket scratch: the small-card footprint. Stage (c')
@@ -377,19 +378,16 @@ impl MsmWorkspace {
             points,
             affine: None,
         };
-        if let (Some(config), Some((pts, prefix, threads))) = (sizes.affine, sizes.affine_counts())
-        {
-            // The prefix's field elements are half a point each.
-            let len = pts[0] + pts[1] + prefix.div_ceil(2);
+        if let (Some(config), Some(counts)) = (sizes.affine, sizes.affine_counts()) {
+            let (pts, _, threads) = counts;
             // On an error, Drop frees what was allocated (the workspace included).
-            let points = gpu.alloc::<DevG1Affine>(s, len, kind)?;
+            let points = gpu.alloc::<DevG1Affine>(s, affine_buffer_len(counts), kind)?;
             let offsets = gpu.alloc::<u32>(s, 2 * (sizes.keys + 1), kind)?;
             let (pb, ob) = (points.raw(), offsets.raw());
             let scratch = AffineScratch {
                 pts: [pb, pb + pts[0] as u64 * AFFINE],
                 prefix: pb + (pts[0] + pts[1]) as u64 * AFFINE,
                 offsets: [ob, ob + 4 * (sizes.keys as u64 + 1)],
-                entries: config.entries,
                 threads,
                 config,
             };
@@ -400,19 +398,11 @@ impl MsmWorkspace {
     /// Device bytes of a workspace for `len` scalars, all windows in one pass (an upper
     /// bound: the accumulation slices are counted at their maximum).
     pub fn bytes_needed(len: usize) -> u64 {
-        let plan = WindowPlan::for_len(len);
-        Sizes::new(plan, len, None, MAX_SLICES, Some(AffineRounds::DEFAULT)).bytes()
+        Sizes::needed(len, None, Some(AffineRounds::DEFAULT)).bytes()
     }
     /// [`MsmWorkspace::with_windows_per_pass`]'s bytes (stage (c') off).
     pub fn bytes_needed_with(len: usize, windows_per_pass: Option<u32>) -> u64 {
-        Sizes::new(
-            WindowPlan::for_len(len),
-            len,
-            windows_per_pass,
-            MAX_SLICES,
-            None,
-        )
-        .bytes()
+        Sizes::needed(len, windows_per_pass, None).bytes()
     }
     pub fn bytes(&self) -> u64 {
         self.sizes.bytes()
@@ -424,14 +414,7 @@ impl MsmWorkspace {
     /// [`MsmWorkspace::point_counts`] of a workspace [`MsmWorkspace::bytes_needed_with`]
     /// sizes (an upper bound, as there).
     pub(crate) fn point_counts_needed(len: usize, windows_per_pass: Option<u32>) -> [usize; 5] {
-        Sizes::new(
-            WindowPlan::for_len(len),
-            len,
-            windows_per_pass,
-            MAX_SLICES,
-            None,
-        )
-        .points()
+        Sizes::needed(len, windows_per_pass, None).points()
     }
     /// The device bitmap of the last batch addition enqueued on this workspace (⌈n/32⌉
     /// words): valid, in stream order, until the next batch addition on it. B_G2's
