@@ -219,46 +219,19 @@ struct KernelBenchArgs {
     #[arg(long)]
     window_bits: Option<u32>,
     /// MSM only: batch-affine rounds before the XYZZ accumulation, one run of every
-    /// size per value (comma-separated; 0 = off).
-    #[arg(long, value_delimiter = ',', default_values_t = [msm_default_rounds()])]
+    /// size per value (comma-separated; 0 = off). Default: the library's (AffineRounds::DEFAULT).
+    #[arg(long, value_delimiter = ',')]
     affine_rounds: Vec<u32>,
     /// MSM only: log2 of the sorted entries per batch-affine sub-pass (its scratch is
-    /// about 100 bytes an entry).
-    #[arg(long, default_value_t = msm_default_entries_log())]
-    affine_entries_log: u32,
+    /// about 100 bytes an entry). Default: the library's.
+    #[arg(long)]
+    affine_entries_log: Option<u32>,
     /// MSM only: pairs per inversion in the batch-affine rounds, one run of every
-    /// size per value and round count (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = [msm_default_batch()])]
+    /// size per value and round count (comma-separated). Default: the library's.
+    #[arg(long, value_delimiter = ',')]
     affine_batch: Vec<usize>,
     #[arg(long)]
     json: bool,
-}
-
-#[cfg(feature = "cuda")]
-fn msm_default_rounds() -> u32 {
-    twolock::device::cuda::msm::AffineRounds::DEFAULT.rounds
-}
-#[cfg(feature = "cuda")]
-fn msm_default_entries_log() -> u32 {
-    twolock::device::cuda::msm::AffineRounds::DEFAULT
-        .entries
-        .ilog2()
-}
-#[cfg(feature = "cuda")]
-fn msm_default_batch() -> usize {
-    twolock::device::cuda::msm::AffineRounds::DEFAULT.batch
-}
-#[cfg(not(feature = "cuda"))]
-fn msm_default_batch() -> usize {
-    256
-}
-#[cfg(not(feature = "cuda"))]
-fn msm_default_rounds() -> u32 {
-    0
-}
-#[cfg(not(feature = "cuda"))]
-fn msm_default_entries_log() -> u32 {
-    26
 }
 
 fn main() -> ExitCode {
@@ -962,20 +935,29 @@ mod kernels {
             gpu.name(),
             k.runs
         );
-        if k.affine_entries_log > 31 || k.affine_rounds.is_empty() || k.affine_batch.contains(&0) {
+        let d = msm::AffineRounds::DEFAULT;
+        fn or_default<T: Copy>(v: &[T], x: T) -> Vec<T> {
+            if v.is_empty() {
+                vec![x]
+            } else {
+                v.to_vec()
+            }
+        }
+        let all_rounds = or_default(&k.affine_rounds, d.rounds);
+        let batches = or_default(&k.affine_batch, d.batch);
+        let entries_log = k.affine_entries_log.unwrap_or(d.entries.ilog2());
+        if entries_log > 31 || batches.contains(&0) {
             return Err(Error::Usage(format!(
-                "--affine-entries-log {} (at most 31), at least one --affine-rounds, \
-                 --affine-batch values ≥ 1",
-                k.affine_entries_log
+                "--affine-entries-log {entries_log} (at most 31), --affine-batch values ≥ 1"
             )));
         }
         // Off once; on for every (rounds, batch) pair.
-        let settings = k.affine_rounds.iter().flat_map(|&rounds| {
-            let batches: &[usize] = if rounds == 0 { &[0] } else { &k.affine_batch };
+        let settings = all_rounds.iter().flat_map(|&rounds| {
+            let batches: &[usize] = if rounds == 0 { &[0] } else { &batches };
             batches.iter().map(move |&batch| {
                 (rounds > 0).then_some(msm::AffineRounds {
                     rounds,
-                    entries: 1 << k.affine_entries_log,
+                    entries: 1 << entries_log,
                     batch,
                 })
             })
@@ -1022,7 +1004,6 @@ mod kernels {
             );
             rows.push(json!({
                 "log_n": t.log_n,
-                "affine_rounds": t.affine_rounds,
                 "ours": t,
                 "arkworks_ms": cpu.map(|c| c.0),
                 "arkworks_threads": threads,
@@ -1039,9 +1020,9 @@ mod kernels {
         } else {
             println!("bench msm on {} (G1, resident bases, scalars from pinned host memory; device time plus the host's finish, median of {} runs); arkworks on {threads} threads", gpu.name(), k.runs.max(3));
             println!(
-                "{:>5} {:>7} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
+                "{:>5} {:>10} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
                 "log n",
-                "affine",
+                "affine R/b",
                 "ours ms",
                 "arkworks ms",
                 "speedup",
@@ -1055,9 +1036,12 @@ mod kernels {
                     && r["equal_to_sppark"] != false
                     && r["ours"]["consistent"] == true;
                 println!(
-                    "{:>5} {:>7} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
+                    "{:>5} {:>10} {:>10} {:>12} {:>10} {:>10} {:>9} {:>6}",
                     r["log_n"],
-                    r["affine_rounds"],
+                    (r["ours"]["affine"]["batch"].as_u64()).map_or("off".into(), |b| format!(
+                        "{}/{b}",
+                        r["ours"]["affine_rounds"]
+                    )),
                     or_dash(r["ours"]["median_ms"].as_f64(), 2, ""),
                     f("arkworks_ms", 1),
                     f("speedup_over_arkworks", 1),
