@@ -11,7 +11,7 @@
 // the first batch boundary with g = 0, within the bound of Bernstein–Yang's Theorem
 // 11.2 (floor((49d + 80) / 17) divsteps for d-bit inputs, d >= 46).
 //
-// Plain C++ (host and device) so that the host test in tests/safegcd_host.rs can
+// Plain C++ (host and device) so that the host tests in src/device/cuda/safegcd.rs
 // check it against arkworks without a GPU.
 #pragma once
 
@@ -154,7 +154,8 @@ SAFEGCD_FN void update_de(S30<L>& d, S30<L>& e, const Trans& t, const S30<L>& M,
     e.v[L - 1] = (int32_t)ce;
 }
 
-// a += sign·M... : a = a + k·M for k in {-1, 1}, limbs renormalized (top signed).
+// a = a + k·M for k in {-1, 0, 1}, limbs renormalized (top signed); k = 0 only
+// renormalizes.
 template <int L>
 SAFEGCD_FN void add_multiple(S30<L>& a, const S30<L>& M, int32_t k) {
     int64_t c = 0;
