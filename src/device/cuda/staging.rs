@@ -231,14 +231,31 @@ impl HostStaging {
 /// Threads for the host side of uploads (filling staging buffers, gathering the split
 /// MSMs' scalars), in a pool of their own: on rayon's global pool a fill queued behind
 /// the CPU prep's tasks, and a 384 MiB upload took 100–190 ms (2026-12-06, H100 host),
-/// slower than the pageable copy it replaced.
+/// slower than the pageable copy it replaced. [`COPY_THREADS_ENV`] overrides it (for
+/// comparisons).
 const COPY_THREADS: usize = 4;
+/// Set to a count in 1..=64: that many copy threads instead of [`COPY_THREADS`].
+pub const COPY_THREADS_ENV: &str = "TWOLOCK_COPY_THREADS";
+
+/// [`COPY_THREADS`], or a valid [`COPY_THREADS_ENV`] (an invalid one is logged and ignored).
+fn copy_threads() -> usize {
+    match std::env::var(COPY_THREADS_ENV) {
+        Err(_) => COPY_THREADS,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n @ 1..=64) => n,
+            _ => {
+                tracing::warn!("{COPY_THREADS_ENV}={v:?} is not a count in 1..=64: {COPY_THREADS} copy threads");
+                COPY_THREADS
+            }
+        },
+    }
+}
 
 fn copy_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(COPY_THREADS)
+            .num_threads(copy_threads())
             .thread_name(|i| format!("twolock-copy-{i}"))
             .build()
             .map_err(|e| tracing::warn!(error = %e, "no copy threads: host copies on the caller"))

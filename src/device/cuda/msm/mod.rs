@@ -81,10 +81,10 @@ const POINT_BLOCK: u32 = 128;
 const SCAN_THREADS: u32 = 256;
 /// Counts per scan tile (`msm::SCAN_TILE`).
 const SCAN_TILE: usize = 2048;
-/// Window widths an explicit plan may use: c ≤ 20 keeps a window's 2^19 buckets at
-/// 96 MiB; c ≥ 4 bounds the window count at [`MAX_WINDOWS`].
+/// Window widths an explicit plan may use: c ≤ 22 keeps a window's 2^21 buckets at
+/// 384 MiB; c ≥ 4 bounds the window count at [`MAX_WINDOWS`].
 pub const MIN_WINDOW_BITS: u32 = 4;
-pub const MAX_WINDOW_BITS: u32 = 20;
+pub const MAX_WINDOW_BITS: u32 = 22;
 /// The widest window [`WindowPlan::for_len`] picks. Measured on an H200: moving from
 /// c = 16 (2^21 scalars, 42.7 ms accumulating) to c = 18 (2^22, 163 ms) and c = 20
 /// (2^24, 478 ms) made each bucket addition about 2× slower; with the base prefetch in
