@@ -804,11 +804,13 @@ impl Device for CudaDevice {
         // Async copies through page-locked staging (inputs free when each returns),
         // ordered before this worker's kernels by its stream.
         let g = &self.gpu;
+        let t0 = std::time::Instant::now();
         g.upload_to(s, &mut ws.bufs.a, fr_as_dev(&inputs.a))?;
         g.upload_to(s, &mut ws.bufs.b, fr_as_dev(&inputs.b))?;
         g.upload_to(s, &mut ws.bufs.c, fr_as_dev(&inputs.c))?;
         ws.bufs.out.poison(&self.gpu, s)?;
         ws.bufs.g2.poison(&self.gpu, s)?;
+        let t1 = std::time::Instant::now();
         let aux = inputs.scalars.get(inputs.aux_start..).unwrap_or(&[]);
         ws.split_all = Some(SplitScalars::from_classes(
             &inputs.classes,
@@ -819,6 +821,13 @@ impl Device for CudaDevice {
             aux,
         )?);
         ws.ran = [false; RESULTS];
+        // Where an upload's host time goes (the first one is on a batch's ramp-up).
+        tracing::debug!(
+            owner = %stream.owner,
+            abc_ms = (t1 - t0).as_secs_f64() * 1e3,
+            classes_ms = t1.elapsed().as_secs_f64() * 1e3,
+            "upload's host side"
+        );
         Ok(())
     }
 
