@@ -234,7 +234,7 @@ impl HostStaging {
 /// slower than the pageable copy it replaced. [`COPY_THREADS_ENV`] overrides it (for
 /// comparisons).
 const COPY_THREADS: usize = 4;
-/// Set to a count in 1..=64: that many copy threads instead of [`COPY_THREADS`].
+/// Set to a count in 1..=64: that many copy threads instead of the default 4.
 pub const COPY_THREADS_ENV: &str = "TWOLOCK_COPY_THREADS";
 
 /// [`COPY_THREADS`], or a valid [`COPY_THREADS_ENV`] (an invalid one is logged and ignored).
