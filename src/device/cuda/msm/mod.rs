@@ -16,9 +16,10 @@
 //! are not reduced still convert to a value below r (the conversion computes a·R⁻¹ mod r).
 //!
 //! Each stage is one kernel of `cuda/msm.cu` (pipeline in `cuda/msm.cuh`); [`stages`]
-//! runs each alone for the tests (stage (c') one round at a time). The `*_enqueue` functions only enqueue on the caller's
-//! stream and write a result record into a slot of an [`MsmResults`]: an accumulator
-//! (the batch addition's sum, or zero) and the window sums. [`read_points`] waits
+//! runs each alone for the tests (stage (c') one round at a time). The `*_enqueue`
+//! functions only enqueue on the caller's stream and write a result record into a slot
+//! of an [`MsmResults`]: an accumulator (the batch addition's sum, or zero) and the
+//! window sums. [`read_points`] waits
 //! (checked), converts, and combines the windows on the host (stage (e)). The plain
 //! functions ([`msm`], [`batch_add`], [`msm_split`]) allocate a workspace, wait, and
 //! free it before they return. Every driver call and launch returns
@@ -99,6 +100,8 @@ const MAX_SLICES: usize = 1 << 17;
 const FOLD: u32 = 32;
 /// Scalar positions and base indices must fit 31 bits (bit 31 is the sign).
 pub const MAX_LEN: usize = (1 << 31) - 1;
+/// A sorted entry's base index (`msm::MAG`; bit 31 is the sign, `msm::NEG`).
+pub(super) const ENTRY_INDEX: u32 = 0x7fff_ffff;
 const XYZZ: u64 = std::mem::size_of::<DevG1Xyzz>() as u64;
 const AFFINE: u64 = std::mem::size_of::<DevG1Affine>() as u64;
 

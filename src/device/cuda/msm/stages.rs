@@ -137,7 +137,7 @@ pub fn accumulate(
     let bad_index = sorted
         .entries
         .iter()
-        .any(|e| (e & 0x7fff_ffff) as usize >= bases.len);
+        .any(|e| (e & ENTRY_INDEX) as usize >= bases.len);
     if keys == 0 || slices == 0 || fold < 2 || bad_index {
         return Err(invalid("accumulate: keys, slices, fold or an index"));
     }
@@ -183,7 +183,7 @@ pub fn pair_round(
         || (from_entries
             && entries
                 .iter()
-                .any(|e| (e & 0x7fff_ffff) as usize >= bases.len));
+                .any(|e| (e & ENTRY_INDEX) as usize >= bases.len));
     if bad {
         return Err(invalid(
             "pair_round: offsets, threads, input count or an index",
