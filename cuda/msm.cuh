@@ -281,27 +281,42 @@ constexpr uint32_t ACCUMULATE_THREADS = 128;
 template <class F, uint32_t THREADS = ACCUMULATE_THREADS>
 struct BaseStage {
     static constexpr uint32_t CHUNKS = sizeof(affine_t<F>) / 16;
+    static constexpr uint32_t X_CHUNKS = sizeof(F) / 16;  // x comes first
     uint4 chunk[2][CHUNKS][THREADS];
 };
 
-// Starts the asynchronous copy (cp.async) of *src into slot `slot` of this thread.
-template <class F, uint32_t THREADS>
-__device__ __forceinline__ void stage_base(BaseStage<F, THREADS>& st, uint32_t slot, const affine_t<F>* src) {
+// Starts the asynchronous copy (cp.async) of the first N chunks of *src into slot
+// `slot` of this thread, without committing the group.
+template <uint32_t N, class F, uint32_t THREADS>
+__device__ __forceinline__ void copy_chunks(BaseStage<F, THREADS>& st, uint32_t slot, const affine_t<F>* src) {
     const uint4* from = reinterpret_cast<const uint4*>(src);
 #pragma unroll
-    for (uint32_t j = 0; j < BaseStage<F, THREADS>::CHUNKS; j++)
-        __pipeline_memcpy_async(&st.chunk[slot][j][threadIdx.x], &from[j], 16);
+    for (uint32_t j = 0; j < N; j++) __pipeline_memcpy_async(&st.chunk[slot][j][threadIdx.x], &from[j], 16);
+}
+
+// Starts copying *src into slot `slot` of this thread, as one group.
+template <class F, uint32_t THREADS>
+__device__ __forceinline__ void stage_base(BaseStage<F, THREADS>& st, uint32_t slot, const affine_t<F>* src) {
+    copy_chunks<BaseStage<F, THREADS>::CHUNKS>(st, slot, src);
     __pipeline_commit();
+}
+
+// The first N chunks of slot `slot` (its copy must have completed) as a T: the point,
+// or its x alone.
+template <class T, uint32_t N, class F, uint32_t THREADS>
+__device__ __forceinline__ T staged_chunks(const BaseStage<F, THREADS>& st, uint32_t slot) {
+    static_assert(sizeof(T) == N * 16, "T must be N chunks");
+    T v;
+    uint4* to = reinterpret_cast<uint4*>(&v);
+#pragma unroll
+    for (uint32_t j = 0; j < N; j++) to[j] = st.chunk[slot][j][threadIdx.x];
+    return v;
 }
 
 // The point in slot `slot` (its copy must have completed).
 template <class F, uint32_t THREADS>
 __device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F, THREADS>& st, uint32_t slot) {
-    affine_t<F> p;
-    uint4* to = reinterpret_cast<uint4*>(&p);
-#pragma unroll
-    for (uint32_t j = 0; j < BaseStage<F, THREADS>::CHUNKS; j++) to[j] = st.chunk[slot][j][threadIdx.x];
-    return p;
+    return staged_chunks<affine_t<F>, BaseStage<F, THREADS>::CHUNKS>(st, slot);
 }
 
 // The sorted entries are cut into S slices of T = ceil(total / S) entries (total =
@@ -485,14 +500,11 @@ __device__ __forceinline__ PairKind pair_terms(const affine_t<F>& a, const affin
 // MSM_BLOCK_POINT, which must not exceed this): sizes PairStage.
 constexpr uint32_t PAIR_THREADS = 128;
 
-// A thread's prefetch area in pair_round: two slots (double buffering) of a pair of
-// affine points as 16-byte chunks, chunk-major so a warp's accesses hit distinct banks.
-// The forward pass copies only the x halves. 48 KiB at 128 threads (G1).
+// A thread's prefetch area in pair_round: one BaseStage per point of a pair (48 KiB at
+// 128 threads for G1). The forward pass copies only the x halves.
 template <class F>
 struct PairStage {
-    static constexpr uint32_t CHUNKS = sizeof(affine_t<F>) / 16;
-    static constexpr uint32_t X_CHUNKS = sizeof(F) / 16;
-    uint4 chunk[2][2][CHUNKS][PAIR_THREADS];
+    BaseStage<F, PAIR_THREADS> point[2];
 };
 
 // Starts copying (cp.async) the first N chunks of *a, and of *b unless null, into slot
@@ -501,34 +513,9 @@ struct PairStage {
 template <uint32_t N, class F>
 __device__ __forceinline__ void stage_pair(PairStage<F>& st, uint32_t slot, const affine_t<F>* a,
                                            const affine_t<F>* b) {
-    const affine_t<F>* from[2] = {a, b};
-#pragma unroll
-    for (uint32_t i = 0; i < 2; i++) {
-        if (from[i] == nullptr) continue;
-        const uint4* src = reinterpret_cast<const uint4*>(from[i]);
-#pragma unroll
-        for (uint32_t c = 0; c < N; c++)
-            __pipeline_memcpy_async(&st.chunk[slot][i][c][threadIdx.x], &src[c], 16);
-    }
+    if (a != nullptr) copy_chunks<N>(st.point[0], slot, a);
+    if (b != nullptr) copy_chunks<N>(st.point[1], slot, b);
     __pipeline_commit();
-}
-
-// Point `i` of slot `slot` (its copy must have completed), or its x alone.
-template <class F>
-__device__ __forceinline__ affine_t<F> staged_point(const PairStage<F>& st, uint32_t slot, uint32_t i) {
-    affine_t<F> p;
-    uint4* to = reinterpret_cast<uint4*>(&p);
-#pragma unroll
-    for (uint32_t c = 0; c < PairStage<F>::CHUNKS; c++) to[c] = st.chunk[slot][i][c][threadIdx.x];
-    return p;
-}
-template <class F>
-__device__ __forceinline__ F staged_x(const PairStage<F>& st, uint32_t slot, uint32_t i) {
-    F x;
-    uint4* to = reinterpret_cast<uint4*>(&x);
-#pragma unroll
-    for (uint32_t c = 0; c < PairStage<F>::X_CHUNKS; c++) to[c] = st.chunk[slot][i][c][threadIdx.x];
-    return x;
 }
 
 // A slot's inputs: the handles of positions p and p + 1 (b only when paired).
@@ -574,7 +561,7 @@ __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __r
         if (src.negated(h)) affine_neg(p);
         return p;
     };
-    constexpr uint32_t XC = PairStage<F>::X_CHUNKS, PC = PairStage<F>::CHUNKS;
+    constexpr uint32_t XC = BaseStage<F, PAIR_THREADS>::X_CHUNKS, PC = BaseStage<F, PAIR_THREADS>::CHUNKS;
 
     // Forward: slot j's x are in stage slot j & 1.
     PairSlot cur = load(a), next = cur;
@@ -595,7 +582,8 @@ __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __r
         }
         __pipeline_wait_prior(1);  // slot j's copy (all but the newest group) has landed
         if (!now.paired) continue;  // copied: no denominator
-        const F x1 = staged_x(stage, j & 1, 0), x2 = staged_x(stage, j & 1, 1);
+        const F x1 = staged_chunks<F, XC>(stage.point[0], j & 1);
+        const F x2 = staged_chunks<F, XC>(stage.point[1], j & 1);
         F num, den = x2 - x1;
         if (x1 == x2 || x1.is_zero() || x2.is_zero()) {
             if (pair_terms(point(now.a), point(now.b), num, den) != VIA_LAMBDA) continue;
@@ -624,11 +612,11 @@ __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __r
             next = load(j - 2);
         }
         __pipeline_wait_prior(1);
-        affine_t<F> p1 = staged_point(stage, j & 1, 0);
+        affine_t<F> p1 = staged_base(stage.point[0], j & 1);
         if (src.negated(now.a)) affine_neg(p1);
         affine_t<F> p2 = affine_inf<F>();
         if (now.paired) {
-            p2 = staged_point(stage, j & 1, 1);
+            p2 = staged_base(stage.point[1], j & 1);
             if (src.negated(now.b)) affine_neg(p2);
         }
         F num, den;
