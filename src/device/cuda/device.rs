@@ -821,11 +821,15 @@ impl Device for CudaDevice {
             aux,
         )?);
         ws.ran = [false; RESULTS];
-        // Where an upload's host time goes (the first one is on a batch's ramp-up).
+        // Where an upload's host time goes (the first one is on a batch's ramp-up), and
+        // whether copies found no staging buffer free (pageable: they block the thread).
+        let sent = self.gpu.staging_counts();
         tracing::debug!(
             owner = %stream.owner,
             abc_ms = (t1 - t0).as_secs_f64() * 1e3,
             classes_ms = t1.elapsed().as_secs_f64() * 1e3,
+            staged_mib_so_far = sent.staged >> 20,
+            pageable_mib_so_far = sent.pageable >> 20,
             "upload's host side"
         );
         Ok(())
