@@ -76,7 +76,7 @@ bins() { find "$EXTRACT/target/release/deps" -maxdepth 1 -type f -executable -na
 # The small cases under compute-sanitizer (memcheck slows kernels 10-100x): libtest
 # filters, any of which selects a test.
 declare -A SMALL=(
-  [arith]="gpu_fr_ops_edges_and_random gpu_fq_ops_edges_and_random gpu_g1_ops_exceptional_cases gpu_fr_batch_inverse"
+  [arith]="gpu_fr_ops_edges_and_random gpu_fq_ops_edges_and_random gpu_fq2_ops_edges_and_random gpu_g1_ops_exceptional_cases gpu_fr_batch_inverse"
   [ntt]="gpu_ntt_edge_inputs gpu_witness_map_matches_ark_groth16 gpu_ntt_concurrent_streams"
   [msm]="gpu_msm_small_sizes_random gpu_msm_special_scalars gpu_msm_infinity_bases gpu_batch_add_bitmap gpu_msm_split_mixes gpu_g2_batch_add_matches_arkworks gpu_g2_beside_b_g1_matches_arkworks"
   [pipeline]="gpu_device_stages_match_reference"

@@ -1,6 +1,7 @@
 // Elementwise test kernels for the field and curve arithmetic, and the Fr-mul rate
 // kernel the NTT benchmark uses as a floor. Each thread handles one index i < n.
 #include "curve.cuh"
+#include "fp2.cuh"
 
 #define ELEMENTWISE(name, T_OUT, T_A, T_B, body)                                          \
     extern "C" __global__ void name(T_OUT* __restrict__ out, const T_A* __restrict__ a,  \
@@ -24,6 +25,7 @@
 
 FIELD_KERNELS(fr_t, fr)
 FIELD_KERNELS(fp_t, fp)
+FIELD_KERNELS(fp2_t, fp2)
 
 // Batch inverse over runs of `chunk` elements, one run per thread.
 extern "C" __global__ void fr_batch_inverse(fr_t* __restrict__ out, const fr_t* __restrict__ a,

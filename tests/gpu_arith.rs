@@ -8,17 +8,17 @@
 
 use std::sync::{Arc, OnceLock};
 
-use ark_bls12_381::{Fq, G1Affine, G1Projective};
+use ark_bls12_381::{Fq, Fq2, G1Affine, G1Projective};
 use ark_ec::{AdditiveGroup, AffineRepr, CurveGroup};
-use ark_ff::{BigInt, BigInteger, Field, PrimeField, UniformRand, Zero};
+use ark_ff::{BigInt, BigInteger, Field, One, PrimeField, UniformRand, Zero};
 use cudarc::driver::CudaStream;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use twolock::device::cuda::arith::{self, FieldOp};
 use twolock::device::cuda::layout::{
-    fq_from_dev, fq_to_dev, fr_from_dev, fr_to_dev, g1_affine_from_dev, g1_affine_to_dev,
-    projective_to_xyzz, xyzz_to_projective,
+    fq2_from_dev, fq2_to_dev, fq_from_dev, fq_to_dev, fr_from_dev, fr_to_dev, g1_affine_from_dev,
+    g1_affine_to_dev, projective_to_xyzz, xyzz_to_projective, DevFq2,
 };
 use twolock::device::cuda::{DevFq, DevFr, DevG1Affine, DevG1Xyzz, Gpu};
 use twolock::Fr;
@@ -93,18 +93,49 @@ fn fr_vec(rng: &mut ChaCha20Rng, n: usize) -> Vec<Fr> {
     (0..n).map(|_| Fr::rand(rng)).collect()
 }
 
+/// Fq2 edge values: every (c0, c1) of two Fq edges, so 0, 1, −1, u, −u, −1 − u,
+/// c0 = 0 or c1 = 0, c0 = ±c1, and the raw-limb extremes in either coordinate.
+fn fq2_edges() -> Vec<Fq2> {
+    let e = edges::<Fq>();
+    e.iter()
+        .flat_map(|&c0| e.iter().map(move |&c1| Fq2::new(c0, c1)))
+        .collect()
+}
+
+/// A random Fq2 element, half of the time in one of the edges' special shapes:
+/// c1 = 0, c0 = 0, c0 = c1 or c0 = −c1.
+fn fq2_rand(rng: &mut ChaCha20Rng) -> Fq2 {
+    let (x, y) = (Fq::rand(rng), Fq::rand(rng));
+    match rng.gen_range(0..8) {
+        0 => Fq2::new(x, Fq::zero()),
+        1 => Fq2::new(Fq::zero(), x),
+        2 => Fq2::new(x, x),
+        3 => Fq2::new(x, -x),
+        _ => Fq2::new(x, y),
+    }
+}
+
 /// Operand pairs: every edge × edge, random × edge, random × random, and a == b.
 fn pairs<F: Edges>(rng: &mut ChaCha20Rng, random: usize) -> (Vec<F>, Vec<F>) {
-    let e = edges::<F>();
+    pairs_of(&edges::<F>(), rng, random, F::rand)
+}
+
+/// [`pairs`] over the edges `e`, with random values drawn by `rand`.
+fn pairs_of<F: Field>(
+    e: &[F],
+    rng: &mut ChaCha20Rng,
+    random: usize,
+    rand: impl Fn(&mut ChaCha20Rng) -> F,
+) -> (Vec<F>, Vec<F>) {
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    for x in &e {
-        for y in &e {
+    for x in e {
+        for y in e {
             a.push(*x);
             b.push(*y);
         }
     }
     for _ in 0..random {
-        let (x, y) = (F::rand(rng), F::rand(rng));
+        let (x, y) = (rand(rng), rand(rng));
         let z = e[rng.gen_range(0..e.len())];
         a.extend([x, x, z, x]);
         b.extend([y, x, x, z]);
@@ -190,6 +221,32 @@ fn check_fq(seed: u64, random: usize) {
     }
 }
 
+fn check_fq2(seed: u64, random: usize) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let (a, b) = pairs_of(&fq2_edges(), &mut rng, random, fq2_rand);
+    let (da, db): (Vec<DevFq2>, Vec<DevFq2>) = (
+        a.iter().map(fq2_to_dev).collect(),
+        b.iter().map(fq2_to_dev).collect(),
+    );
+    let s = stream();
+    for op in FieldOp::ALL {
+        let out = twice(&format!("fq2 {op:?}"), || {
+            arith::fq2_op(gpu(), &s, op, &da, &db).expect("launch")
+        });
+        for i in 0..a.len() {
+            let got = fq2_from_dev(&out[i]);
+            let want = expect_field(op, a[i], b[i]);
+            assert_eq!(
+                got,
+                Some(want),
+                "fq2 {op:?}({}, {}) seed {seed} index {i}",
+                a[i],
+                b[i]
+            );
+        }
+    }
+}
+
 #[test]
 fn gpu_field_edges_are_what_they_claim() {
     // A host-only guard of the edge list the GPU checks rely on (named gpu_ so it runs
@@ -199,6 +256,21 @@ fn gpu_field_edges_are_what_they_claim() {
     assert_eq!(e[1], -e[0]);
     let q = Fq::raw_extremes();
     assert_eq!(q[1], -q[0]);
+    let e2 = fq2_edges();
+    let u = Fq2::new(Fq::zero(), Fq::one());
+    for x in [
+        Fq2::zero(),
+        Fq2::one(),
+        -Fq2::one(),
+        u,
+        -u,
+        -Fq2::one() - u,
+        Fq2::new(q[1], q[1]),
+    ] {
+        assert!(e2.contains(&x), "{x} is not among the Fq2 edges");
+    }
+    // Zero has no inverse in arkworks, so expect_field wants 0, as fp2.cuh documents.
+    assert_eq!(Fq2::zero().inverse(), None);
 }
 
 #[test]
@@ -209,6 +281,11 @@ fn gpu_fr_ops_edges_and_random() {
 #[test]
 fn gpu_fq_ops_edges_and_random() {
     check_fq(0xF1, 256);
+}
+
+#[test]
+fn gpu_fq2_ops_edges_and_random() {
+    check_fq2(0xF2, 256);
 }
 
 #[test]
@@ -244,6 +321,10 @@ proptest! {
     #[test]
     fn gpu_fq_ops_proptest(seed in any::<u64>()) {
         check_fq(seed, 64);
+    }
+    #[test]
+    fn gpu_fq2_ops_proptest(seed in any::<u64>()) {
+        check_fq2(seed, 64);
     }
     #[test]
     fn gpu_g1_ops_proptest(seed in any::<u64>()) {

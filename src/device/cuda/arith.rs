@@ -11,13 +11,25 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::context::{grid_1d, CudaError, Gpu};
-use super::layout::{DevFq, DevFr, DevG1Affine, DevG1Xyzz};
+use super::layout::{DevFq, DevFq2, DevFr, DevG1Affine, DevG1Xyzz};
 
 /// The module built from `cuda/arith.cu`.
 pub const MODULE: &str = "arith";
 
 /// Threads per block of the elementwise kernels.
 const BLOCK: u32 = 128;
+
+/// The field an elementwise kernel works in, which picks its name's prefix in
+/// `cuda/arith.cu` (that of the device type: `fr_t`, `fp_t`, `fp2_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FieldKind {
+    /// The scalar field (`fr_*`).
+    Fr,
+    /// The base field (`fp_*`).
+    Fq,
+    /// Fq[u]/(u² + 1), the base field of G2 (`fp2_*`).
+    Fq2,
+}
 
 /// An elementwise field operation; unary ones ignore `b`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,27 +61,27 @@ impl FieldOp {
         FieldOp::IsZero,
     ];
 
-    /// The kernel's name for the scalar field (`fr_*`) or the base field (`fp_*`).
-    pub fn kernel(self, base_field: bool) -> &'static str {
+    /// The kernel's name in `field` (`fr_*`, `fp_*` or `fp2_*`).
+    pub fn kernel(self, field: FieldKind) -> &'static str {
         macro_rules! pick {
-            ($fr:literal, $fp:literal) => {
-                if base_field {
-                    $fp
-                } else {
-                    $fr
+            ($op:literal) => {
+                match field {
+                    FieldKind::Fr => concat!("fr_", $op),
+                    FieldKind::Fq => concat!("fp_", $op),
+                    FieldKind::Fq2 => concat!("fp2_", $op),
                 }
             };
         }
         match self {
-            FieldOp::Add => pick!("fr_add", "fp_add"),
-            FieldOp::Sub => pick!("fr_sub", "fp_sub"),
-            FieldOp::Neg => pick!("fr_neg", "fp_neg"),
-            FieldOp::Dbl => pick!("fr_dbl", "fp_dbl"),
-            FieldOp::Mul => pick!("fr_mul", "fp_mul"),
-            FieldOp::Sqr => pick!("fr_sqr", "fp_sqr"),
-            FieldOp::Inverse => pick!("fr_inverse", "fp_inverse"),
-            FieldOp::Eq => pick!("fr_eq", "fp_eq"),
-            FieldOp::IsZero => pick!("fr_is_zero", "fp_is_zero"),
+            FieldOp::Add => pick!("add"),
+            FieldOp::Sub => pick!("sub"),
+            FieldOp::Neg => pick!("neg"),
+            FieldOp::Dbl => pick!("dbl"),
+            FieldOp::Mul => pick!("mul"),
+            FieldOp::Sqr => pick!("sqr"),
+            FieldOp::Inverse => pick!("inverse"),
+            FieldOp::Eq => pick!("eq"),
+            FieldOp::IsZero => pick!("is_zero"),
         }
     }
 }
@@ -148,7 +160,7 @@ pub fn fr_op(
     a: &[DevFr],
     b: &[DevFr],
 ) -> Result<Vec<DevFr>, CudaError> {
-    elementwise(gpu, stream, op.kernel(false), a, b)
+    elementwise(gpu, stream, op.kernel(FieldKind::Fr), a, b)
 }
 
 /// Elementwise Fq operation (unary operations ignore `b`; pass `a` again).
@@ -159,7 +171,18 @@ pub fn fq_op(
     a: &[DevFq],
     b: &[DevFq],
 ) -> Result<Vec<DevFq>, CudaError> {
-    elementwise(gpu, stream, op.kernel(true), a, b)
+    elementwise(gpu, stream, op.kernel(FieldKind::Fq), a, b)
+}
+
+/// Elementwise Fq2 operation (unary operations ignore `b`; pass `a` again).
+pub fn fq2_op(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    op: FieldOp,
+    a: &[DevFq2],
+    b: &[DevFq2],
+) -> Result<Vec<DevFq2>, CudaError> {
+    elementwise(gpu, stream, op.kernel(FieldKind::Fq2), a, b)
 }
 
 /// `p[i] + q[i]` (full XYZZ addition).
