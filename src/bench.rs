@@ -28,6 +28,10 @@ pub struct ProveRow {
     pub prep_ms_per_partition: f64,
     pub bg2_ms_per_partition: f64,
     pub compute_hold_ms_per_partition: f64,
+    /// Compute lock free before the first hold, between holds, after the last (ms).
+    pub idle_ramp_ms: f64,
+    pub idle_gaps_ms: f64,
+    pub idle_tail_ms: f64,
     pub errors: usize,
     /// Every proof of this configuration equals the first configuration's (same r, s).
     pub agrees: bool,
@@ -103,6 +107,9 @@ pub fn prove_matrix<D: Device>(
             prep_ms_per_partition: sum.prep_ms_per_partition,
             bg2_ms_per_partition: sum.bg2_ms_per_partition,
             compute_hold_ms_per_partition: sum.compute_hold_ms_per_partition,
+            idle_ramp_ms: sum.idle_ramp_ms,
+            idle_gaps_ms: sum.idle_gaps_ms,
+            idle_tail_ms: sum.idle_tail_ms,
             errors: run.results.iter().filter(|r| r.is_err()).count(),
             agrees,
         });
@@ -205,7 +212,7 @@ pub fn prove_table(rows: &[ProveRow]) -> String {
             .map(|b| b.throughput_per_s)
     };
     let mut s = format!(
-        "{:<12} {:>2} {:<6} {:>10} {:>9} {:>7} {:>5} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>4} {:>8}\n",
+        "{:<12} {:>2} {:<6} {:>10} {:>9} {:>7} {:>5} {:>17} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>4} {:>8}\n",
         "mode",
         "W",
         "alloc",
@@ -213,6 +220,7 @@ pub fn prove_table(rows: &[ProveRow]) -> String {
         "ms/part",
         "part/s",
         "busy",
+        "idle ramp/gap/end",
         "overlap",
         "fallb",
         "hold ms",
@@ -224,7 +232,7 @@ pub fn prove_table(rows: &[ProveRow]) -> String {
     );
     for r in rows {
         s += &format!(
-            "{:<12} {:>2} {:<6} {:>10.1} {:>9.1} {:>7.2} {:>4.0}% {:>6.0}% {:>5} {:>9.1} {:>8.1} {:>8.1} {:>8} {:>4} {:>8}\n",
+            "{:<12} {:>2} {:<6} {:>10.1} {:>9.1} {:>7.2} {:>4.0}% {:>17} {:>6.0}% {:>5} {:>9.1} {:>8.1} {:>8.1} {:>8} {:>4} {:>8}\n",
             r.mode.to_string(),
             r.workers,
             r.strategy.to_string(),
@@ -232,6 +240,10 @@ pub fn prove_table(rows: &[ProveRow]) -> String {
             r.per_partition_ms,
             r.throughput_per_s,
             r.compute_busy * 100.0,
+            format!(
+                "{:.0}/{:.0}/{:.0}",
+                r.idle_ramp_ms, r.idle_gaps_ms, r.idle_tail_ms
+            ),
             r.mem_overlap * 100.0,
             r.fallbacks,
             r.compute_hold_ms_per_partition,

@@ -493,10 +493,13 @@ fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<
             println!("{i:>9}  {v}");
         }
         println!(
-            "wall {:.1} ms, {:.1} ms/partition, compute busy {:.0}%, mem holds overlapping compute {:.0}%, fallbacks {}",
+            "wall {:.1} ms, {:.1} ms/partition, compute busy {:.0}% (idle {:.1} ms ramp-up, {:.1} between holds, {:.1} at the end), mem holds overlapping compute {:.0}%, fallbacks {}",
             summary.wall_ms,
             summary.per_partition_ms,
             summary.compute_busy * 100.0,
+            summary.idle_ramp_ms,
+            summary.idle_gaps_ms,
+            summary.idle_tail_ms,
             summary.mem_overlap * 100.0,
             run.fallbacks
         );

@@ -173,6 +173,13 @@ pub struct Summary {
     pub bg2_ms_per_partition: f64,
     /// Compute-lock hold per partition, averaged.
     pub compute_hold_ms_per_partition: f64,
+    /// Where each device's compute lock was free (ms, averaged over devices): before its
+    /// first hold (the batch's ramp-up: the first prep and upload), between holds, and
+    /// after its last hold (the last partition's CPU finish). Together with the holds
+    /// they make up the wall time, so `compute_busy` = holds / (holds + idle).
+    pub idle_ramp_ms: f64,
+    pub idle_gaps_ms: f64,
+    pub idle_tail_ms: f64,
 }
 
 impl Summary {
@@ -206,6 +213,15 @@ impl Summary {
         let (prep, bg2) = (total(Phase::Prep), total(Phase::BG2));
         let n = partitions.max(1) as f64;
         let per_partition_ms = |us: u64| us as f64 / 1e3 / n;
+        let [ramp, gaps, tail] = (0..devices).fold([0u64; 3], |acc, d| {
+            let idle = idle_of(
+                of(Phase::ComputeHold).filter(|s| s.worker.device == d),
+                start,
+                end,
+            );
+            [acc[0] + idle[0], acc[1] + idle[1], acc[2] + idle[2]]
+        });
+        let per_device_ms = |us: u64| us as f64 / 1e3 / devices as f64;
         Self {
             wall_ms: wall / 1e3,
             per_partition_ms: wall / 1e3 / n,
@@ -220,8 +236,31 @@ impl Summary {
             prep_ms_per_partition: per_partition_ms(prep),
             bg2_ms_per_partition: per_partition_ms(bg2),
             compute_hold_ms_per_partition: per_partition_ms(compute),
+            idle_ramp_ms: per_device_ms(ramp),
+            idle_gaps_ms: per_device_ms(gaps),
+            idle_tail_ms: per_device_ms(tail),
         }
     }
+}
+
+/// A device's idle time within [start, end) around its compute holds (which never
+/// overlap: one compute lock per device): before the first, between, after the last.
+/// A device that never held compute was idle throughout, counted as ramp-up.
+fn idle_of<'a>(holds: impl Iterator<Item = &'a Span>, start: u64, end: u64) -> [u64; 3] {
+    let mut holds: Vec<(u64, u64)> = holds.map(|s| (s.start_us, s.end_us)).collect();
+    holds.sort_unstable();
+    let (Some(first), Some(last)) = (holds.first(), holds.last()) else {
+        return [end.saturating_sub(start), 0, 0];
+    };
+    let gaps = holds
+        .windows(2)
+        .map(|w| w[1].0.saturating_sub(w[0].1))
+        .sum();
+    [
+        first.0.saturating_sub(start),
+        gaps,
+        end.saturating_sub(last.1),
+    ]
 }
 
 /// Times `f` as `phase` of `partition`.
@@ -280,6 +319,42 @@ mod tests {
         assert!((s.bg2_ms_per_partition - 0.03).abs() < 1e-12);
         assert!((s.cpu_ms_per_partition - 0.18).abs() < 1e-12);
         assert!((s.compute_hold_ms_per_partition - 0.15).abs() < 1e-12);
+        // Compute was free in [0, 100) and [300, 400) and after 500.
+        assert_eq!(
+            (s.idle_ramp_ms, s.idle_gaps_ms, s.idle_tail_ms),
+            (0.1, 0.1, 0.02)
+        );
         assert_eq!(Summary::of(&[], 3), Summary::default());
+    }
+
+    #[test]
+    fn idle_time_adds_up_per_device() {
+        let on = |device: usize, worker: usize, phase: Phase, start_us: u64, end_us: u64| Span {
+            partition: worker,
+            worker: WorkerId { device, worker },
+            phase,
+            start_us,
+            end_us,
+        };
+        // Device 0 holds compute in [50, 100) and [100, 150) (no gap); device 1 in
+        // [20, 40) and [90, 180), then nothing: the batch ends at 200.
+        let spans = [
+            on(0, 0, Phase::Prep, 0, 50),
+            on(0, 1, Phase::ComputeHold, 100, 150),
+            on(0, 0, Phase::ComputeHold, 50, 100),
+            on(1, 0, Phase::ComputeHold, 20, 40),
+            on(1, 1, Phase::ComputeHold, 90, 180),
+            on(1, 1, Phase::Assemble, 180, 200),
+        ];
+        let s = Summary::of(&spans, 4);
+        let ms = |us: f64| us / 1e3;
+        assert!((s.idle_ramp_ms - ms((50.0 + 20.0) / 2.0)).abs() < 1e-12);
+        assert!((s.idle_gaps_ms - ms(50.0 / 2.0)).abs() < 1e-12);
+        assert!((s.idle_tail_ms - ms((50.0 + 20.0) / 2.0)).abs() < 1e-12);
+        // Holds plus idle is the wall on each device, so busy = holds / (holds + idle).
+        let idle = s.idle_ramp_ms + s.idle_gaps_ms + s.idle_tail_ms;
+        assert!((s.compute_busy - (1.0 - idle / s.wall_ms)).abs() < 1e-12);
+        // A device that never computes idles the whole batch, as ramp-up.
+        assert_eq!(idle_of(std::iter::empty(), 10, 70), [60, 0, 0]);
     }
 }
