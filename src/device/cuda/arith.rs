@@ -27,7 +27,7 @@ pub enum FieldKind {
     Fr,
     /// The base field (`fp_*`).
     Fq,
-    /// Fq[u]/(u² + 1), the base field of G2 (`fp2_*`).
+    /// Fq(u) with u² = −1, the base field of G2 (`fp2_*`).
     Fq2,
 }
 
