@@ -518,7 +518,8 @@ fn gpu_msm_explicit_window_plans() {
     let short = WindowPlan { c: 16, windows: 3 };
     let e = MsmWorkspace::with_plan(gpu(), &s, 10, short, AllocKind::StreamOrdered).unwrap_err();
     assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
-    let e = msm::bench_msm_with_bits(gpu(), &[10], 3, Some(21)).unwrap_err();
+    let wide = msm::MAX_WINDOW_BITS + 1;
+    let e = msm::bench_msm_with_bits(gpu(), &[10], 3, Some(wide)).unwrap_err();
     assert!(matches!(e, CudaError::InvalidInput(_)), "{e}");
     // The bench reports the plan it ran with.
     let t = msm::bench_msm_with_bits(gpu(), &[10], 3, Some(17)).expect("bench");
