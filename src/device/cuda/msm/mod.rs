@@ -90,7 +90,9 @@ pub const MAX_WINDOW_BITS: u32 = 22;
 /// c = 16 (2^21 scalars, 42.7 ms accumulating) to c = 18 (2^22, 163 ms) and c = 20
 /// (2^24, 478 ms) made each bucket addition about 2× slower; with the base prefetch in
 /// `accumulate_sorted` most of that is gone, but c = 16 still beat c = 18 at 2^22
-/// (79.7 against 88.2 ms), so the cost model's saving in additions does not pay.
+/// (79.7 against 88.2 ms), so the cost model's saving in additions does not pay. With
+/// two batch-affine rounds it does not either: c = 20 took 148 ms and c = 22 181 ms at
+/// 2^24 against c = 16's 139 ms without rounds (H100, docs/benchmarks.md, session 19).
 pub const MAX_PLANNED_WINDOW_BITS: u32 = 16;
 pub const MAX_WINDOWS: usize = 64;
 /// Most accumulation slices (threads of `accumulate_sorted`); a workspace uses as many
