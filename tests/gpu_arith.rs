@@ -18,9 +18,9 @@ use rand_chacha::ChaCha20Rng;
 use twolock::device::cuda::arith::{self, FieldOp};
 use twolock::device::cuda::layout::{
     fq2_from_dev, fq2_to_dev, fq_from_dev, fq_to_dev, fr_from_dev, fr_to_dev, g1_affine_from_dev,
-    g1_affine_to_dev, projective_to_xyzz, xyzz_to_projective, DevFq2,
+    g1_affine_to_dev, projective_to_xyzz, xyzz_to_projective,
 };
-use twolock::device::cuda::{DevFq, DevFr, DevG1Affine, DevG1Xyzz, Gpu};
+use twolock::device::cuda::{DevFr, DevG1Affine, DevG1Xyzz, Gpu};
 use twolock::Fr;
 
 fn gpu() -> &'static Gpu {
@@ -169,82 +169,64 @@ fn expect_field<F: Field>(op: FieldOp, a: F, b: F) -> F {
     }
 }
 
-fn check_fr(seed: u64, random: usize) {
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let (a, b) = pairs::<Fr>(&mut rng, random);
-    let (da, db): (Vec<DevFr>, Vec<DevFr>) = (
-        a.iter().map(fr_to_dev).collect(),
-        b.iter().map(fr_to_dev).collect(),
+/// Every [`FieldOp`] on the device over operand pairs `(a, b)`, run twice, against
+/// arkworks; `to_dev` / `from_dev` convert (decoding refuses unreduced limbs).
+fn check_field<F: Field, D: arith::DeviceField + PartialEq + std::fmt::Debug>(
+    label: &str,
+    seed: u64,
+    (a, b): (Vec<F>, Vec<F>),
+    to_dev: impl Fn(&F) -> D,
+    from_dev: impl Fn(&D) -> Option<F>,
+) {
+    let (da, db): (Vec<D>, Vec<D>) = (
+        a.iter().map(&to_dev).collect(),
+        b.iter().map(&to_dev).collect(),
     );
     let s = stream();
     for op in FieldOp::ALL {
-        let out = twice(&format!("fr {op:?}"), || {
-            arith::fr_op(gpu(), &s, op, &da, &db).expect("launch")
+        let out = twice(&format!("{label} {op:?}"), || {
+            arith::field_op(gpu(), &s, op, &da, &db).expect("launch")
         });
         for i in 0..a.len() {
-            let got = fr_from_dev(&out[i]);
+            let got = from_dev(&out[i]);
             let want = expect_field(op, a[i], b[i]);
             assert_eq!(
                 got,
                 Some(want),
-                "fr {op:?}({}, {}) seed {seed} index {i}",
+                "{label} {op:?}({}, {}) seed {seed} index {i}",
                 a[i],
                 b[i]
             );
         }
     }
+}
+
+fn check_fr(seed: u64, random: usize) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    check_field(
+        "fr",
+        seed,
+        pairs::<Fr>(&mut rng, random),
+        fr_to_dev,
+        fr_from_dev,
+    );
 }
 
 fn check_fq(seed: u64, random: usize) {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let (a, b) = pairs::<Fq>(&mut rng, random);
-    let (da, db): (Vec<DevFq>, Vec<DevFq>) = (
-        a.iter().map(fq_to_dev).collect(),
-        b.iter().map(fq_to_dev).collect(),
+    check_field(
+        "fq",
+        seed,
+        pairs::<Fq>(&mut rng, random),
+        fq_to_dev,
+        fq_from_dev,
     );
-    let s = stream();
-    for op in FieldOp::ALL {
-        let out = twice(&format!("fq {op:?}"), || {
-            arith::fq_op(gpu(), &s, op, &da, &db).expect("launch")
-        });
-        for i in 0..a.len() {
-            let got = fq_from_dev(&out[i]);
-            let want = expect_field(op, a[i], b[i]);
-            assert_eq!(
-                got,
-                Some(want),
-                "fq {op:?}({}, {}) seed {seed} index {i}",
-                a[i],
-                b[i]
-            );
-        }
-    }
 }
 
 fn check_fq2(seed: u64, random: usize) {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let (a, b) = pairs_of(&fq2_edges(), &mut rng, random, fq2_rand);
-    let (da, db): (Vec<DevFq2>, Vec<DevFq2>) = (
-        a.iter().map(fq2_to_dev).collect(),
-        b.iter().map(fq2_to_dev).collect(),
-    );
-    let s = stream();
-    for op in FieldOp::ALL {
-        let out = twice(&format!("fq2 {op:?}"), || {
-            arith::fq2_op(gpu(), &s, op, &da, &db).expect("launch")
-        });
-        for i in 0..a.len() {
-            let got = fq2_from_dev(&out[i]);
-            let want = expect_field(op, a[i], b[i]);
-            assert_eq!(
-                got,
-                Some(want),
-                "fq2 {op:?}({}, {}) seed {seed} index {i}",
-                a[i],
-                b[i]
-            );
-        }
-    }
+    let pairs = pairs_of(&fq2_edges(), &mut rng, random, fq2_rand);
+    check_field("fq2", seed, pairs, fq2_to_dev, fq2_from_dev);
 }
 
 #[test]

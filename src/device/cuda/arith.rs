@@ -152,37 +152,29 @@ where
     Ok(host)
 }
 
-/// Elementwise Fr operation (unary operations ignore `b`; pass `a` again).
-pub fn fr_op(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    op: FieldOp,
-    a: &[DevFr],
-    b: &[DevFr],
-) -> Result<Vec<DevFr>, CudaError> {
-    elementwise(gpu, stream, op.kernel(FieldKind::Fr), a, b)
+/// A device field element type, with elementwise kernels in `cuda/arith.cu`.
+pub trait DeviceField: DeviceRepr + ValidAsZeroBits + Clone + Default {
+    const FIELD: FieldKind;
+}
+impl DeviceField for DevFr {
+    const FIELD: FieldKind = FieldKind::Fr;
+}
+impl DeviceField for DevFq {
+    const FIELD: FieldKind = FieldKind::Fq;
+}
+impl DeviceField for DevFq2 {
+    const FIELD: FieldKind = FieldKind::Fq2;
 }
 
-/// Elementwise Fq operation (unary operations ignore `b`; pass `a` again).
-pub fn fq_op(
+/// Elementwise operation in `T`'s field (unary operations ignore `b`; pass `a` again).
+pub fn field_op<T: DeviceField>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     op: FieldOp,
-    a: &[DevFq],
-    b: &[DevFq],
-) -> Result<Vec<DevFq>, CudaError> {
-    elementwise(gpu, stream, op.kernel(FieldKind::Fq), a, b)
-}
-
-/// Elementwise Fq2 operation (unary operations ignore `b`; pass `a` again).
-pub fn fq2_op(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    op: FieldOp,
-    a: &[DevFq2],
-    b: &[DevFq2],
-) -> Result<Vec<DevFq2>, CudaError> {
-    elementwise(gpu, stream, op.kernel(FieldKind::Fq2), a, b)
+    a: &[T],
+    b: &[T],
+) -> Result<Vec<T>, CudaError> {
+    elementwise(gpu, stream, op.kernel(T::FIELD), a, b)
 }
 
 /// `p[i] + q[i]` (full XYZZ addition).
