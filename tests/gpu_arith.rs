@@ -572,6 +572,58 @@ fn gpu_staged_uploads_land_intact() {
     assert!(pageable || after.staged > before.staged, "nothing staged");
 }
 
+/// `reserve` pins buffers ahead of any upload, up to the bytes asked (rounded up to
+/// whole chunks) and never past MAX_BUFFERS; a second reserve adds none; an upload of
+/// the reserved size then goes wholly through them and lands intact.
+#[test]
+fn gpu_staging_reserve_pins_ahead() {
+    use twolock::device::cuda::staging::{CHUNK, MAX_BUFFERS, PAGEABLE_ENV};
+    use twolock::device::cuda::AllocKind;
+    assert!(
+        std::env::var(PAGEABLE_ENV).is_err(),
+        "{PAGEABLE_ENV} is set: this test checks the staged path"
+    );
+    // A Gpu of its own: a fresh, empty pool whatever other tests in this process did.
+    let g = Gpu::new(0).expect("a CUDA GPU");
+    let chunk = CHUNK as u64;
+    assert_eq!(g.reserve_staging(0).expect("reserve"), 0);
+    assert_eq!(g.reserve_staging(3 * chunk - 1).expect("reserve"), 3);
+    assert_eq!(
+        g.reserve_staging(3 * chunk).expect("reserve"),
+        0,
+        "already held"
+    );
+    assert_eq!(
+        g.reserve_staging(u64::MAX).expect("reserve"),
+        MAX_BUFFERS - 3
+    );
+    assert_eq!(
+        g.reserve_staging(u64::MAX).expect("reserve"),
+        0,
+        "at the cap"
+    );
+
+    let s = g.new_stream().expect("stream");
+    let want = pattern(9, 3 * CHUNK / 4 + 11);
+    let mut buf = g
+        .alloc::<u32>(&s, want.len(), AllocKind::StreamOrdered)
+        .expect("alloc");
+    g.poison(&s, &mut buf).expect("poison");
+    let before = g.staging_counts();
+    g.upload_to(&s, &mut buf, &want).expect("upload");
+    let after = g.staging_counts();
+    let got = s.clone_dtoh(&buf).expect("download");
+    g.sync(&s, "reserved upload").expect("sync");
+    assert!(got == want, "the device holds other values");
+    assert_eq!(
+        after.staged - before.staged,
+        4 * want.len() as u64,
+        "not all staged"
+    );
+    assert_eq!(after.pageable, before.pageable, "a chunk went pageable");
+    buf.free().expect("free");
+}
+
 /// The pool never waits on another stream: with every buffer in flight behind a long
 /// kernel on one stream, an upload on a second stream takes the pageable path at once
 /// (it returns while the first stream is still held) and lands intact, as do the held

@@ -173,6 +173,11 @@ impl Gpu {
     pub fn staging_counts(&self) -> StagingCounts {
         self.staging.counts()
     }
+    /// Allocates page-locked staging buffers for `bytes` of uploads now (see
+    /// [`HostStaging::reserve`]); returns how many were added.
+    pub fn reserve_staging(&self, bytes: u64) -> Result<usize, CudaError> {
+        self.staging.reserve(&self.ctx, bytes)
+    }
     /// Async copy of `src` into the front of `dst` on `s`, through page-locked staging
     /// (see `staging.rs`): `src` may be reused when this returns, and the copy is
     /// ordered before `s`'s later work. More values than `dst` holds is an error.

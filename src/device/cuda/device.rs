@@ -691,6 +691,18 @@ impl Device for CudaDevice {
     }
 
     fn load_key(&self, pk: &Arc<ProvingKey>) -> Result<CudaKey, DeviceError> {
+        // The key fixes the domain (h has one point fewer), so one partition's a, b, c
+        // upload is known now: its page-locked staging is pinned here, before a batch,
+        // not under the mem lock on the batch's ramp-up.
+        let t0 = std::time::Instant::now();
+        let abc = 3 * (pk.h_query.len() as u64 + 1) * FR_BYTES;
+        let added = self.gpu.reserve_staging(abc)?;
+        tracing::debug!(
+            buffers = added,
+            ms = t0.elapsed().as_secs_f64() * 1e3,
+            "page-locked staging reserved for {} MiB of a, b, c",
+            abc >> 20
+        );
         let s = self.gpu.default_stream();
         let up = |pts| DeviceBases::upload(&self.gpu, s, pts, AllocKind::Sync);
         let b_g2 = pk.b_g2_query.get(1..).unwrap_or(&[]);

@@ -16,10 +16,11 @@
 //! page-locked memory (the allocation fails, or `TWOLOCK_PAGEABLE_UPLOADS=1` for a
 //! comparison) every copy takes the pageable path, logged once.
 //!
-//! Known gap: buffers are allocated on first need, so the first partitions' uploads
-//! may allocate under the mem lock, and the CUDA guide lists a page-locked allocation
-//! among the operations that may serialize streams. Allocating the pool before the
-//! batch (with the key) would close it; not done, as it was not measured.
+//! Pinning memory is slow (tens of ms per 100 MiB) and the CUDA guide lists a
+//! page-locked allocation among the operations that may serialize streams, so
+//! [`HostStaging::reserve`] allocates one partition's worth before a batch (with the
+//! key): otherwise the batch's first upload pins its buffers under the mem lock, on the
+//! ramp-up before the GPU's first compute.
 
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
@@ -148,6 +149,38 @@ impl HostStaging {
             }
             pool.allocated += 1;
         }
+        self.new_buffer(ctx)
+    }
+
+    /// Allocates buffers until the pool holds enough for `bytes` (at most
+    /// [`MAX_BUFFERS`]); returns how many it added. Out of page-locked memory it stops
+    /// early and staging goes off, as in an upload.
+    pub fn reserve(&self, ctx: &Arc<CudaContext>, bytes: u64) -> Result<usize, CudaError> {
+        let want = usize::try_from(bytes.div_ceil(CHUNK as u64))
+            .unwrap_or(MAX_BUFFERS)
+            .min(MAX_BUFFERS);
+        let mut added = 0;
+        while !self.off.load(Ordering::Relaxed) {
+            {
+                let mut pool = self.pool.lock();
+                if pool.allocated >= want {
+                    break;
+                }
+                pool.allocated += 1;
+            }
+            // A buffer never copied from: its unrecorded event reads as complete.
+            match self.new_buffer(ctx)? {
+                Some(b) => self.pool.lock().idle.push_back(b),
+                None => break,
+            }
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// A new buffer already counted in `allocated` (uncounted again if it fails), or
+    /// None once page-locked memory ran out (staging then goes off).
+    fn new_buffer(&self, ctx: &Arc<CudaContext>) -> Result<Option<Staged>, CudaError> {
         match Staged::new(ctx) {
             Ok(b) => Ok(Some(b)),
             Err(e) => {
