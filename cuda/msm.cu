@@ -5,9 +5,6 @@
 // Block sizes; msm/mod.rs launches with the same numbers.
 #define MSM_BLOCK_LIGHT 256  // integer-only stages
 #define MSM_BLOCK_POINT 128  // stages that add points (high register use)
-// pair_round: four blocks of 128 fill an SM's warps at <= 128 registers, and its 48 KiB
-// stage allows four.
-#define PAIR_BLOCKS_PER_SM 4
 
 extern "C" __global__ void __launch_bounds__(MSM_BLOCK_LIGHT)
     msm_from_montgomery(fr_t* out, const fr_t* in, uint32_t n) {
@@ -50,7 +47,6 @@ extern "C" __global__ void __launch_bounds__(MSM_BLOCK_LIGHT)
 }
 
 static_assert(MSM_BLOCK_POINT <= msm::ACCUMULATE_THREADS, "accumulate_sorted's shared staging is too small");
-static_assert(MSM_BLOCK_POINT <= msm::PAIR_THREADS, "pair_round's shared staging is too small");
 
 extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm_accumulate_sorted(g1_xyzz_t* buckets, uint32_t* head_keys, g1_xyzz_t* head_pts, const uint32_t* sorted,
@@ -71,13 +67,13 @@ extern "C" __global__ void __launch_bounds__(MSM_BLOCK_LIGHT)
     msm::halve_counts(counts, in_off, K);
 }
 
-extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT, PAIR_BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm_pair_entries(g1_affine_t* out, fp_t* prefix, const uint32_t* in_off, const uint32_t* out_off,
                      const uint32_t* sorted, const g1_affine_t* bases, uint32_t K, uint32_t S) {
     msm::pair_round(out, prefix, in_off, out_off, msm::EntryPoints<fp_t>{sorted, bases}, K, S);
 }
 
-extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT, PAIR_BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(MSM_BLOCK_POINT)
     msm_pair_points(g1_affine_t* out, fp_t* prefix, const uint32_t* in_off, const uint32_t* out_off,
                     const g1_affine_t* pts, uint32_t K, uint32_t S) {
     msm::pair_round(out, prefix, in_off, out_off, msm::ListPoints<fp_t>{pts}, K, S);

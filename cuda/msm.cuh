@@ -281,42 +281,27 @@ constexpr uint32_t ACCUMULATE_THREADS = 128;
 template <class F, uint32_t THREADS = ACCUMULATE_THREADS>
 struct BaseStage {
     static constexpr uint32_t CHUNKS = sizeof(affine_t<F>) / 16;
-    static constexpr uint32_t X_CHUNKS = sizeof(F) / 16;  // x comes first
     uint4 chunk[2][CHUNKS][THREADS];
 };
 
-// Starts the asynchronous copy (cp.async) of the first N chunks of *src into slot
-// `slot` of this thread, without committing the group.
-template <uint32_t N, class F, uint32_t THREADS>
-__device__ __forceinline__ void copy_chunks(BaseStage<F, THREADS>& st, uint32_t slot, const affine_t<F>* src) {
-    const uint4* from = reinterpret_cast<const uint4*>(src);
-#pragma unroll
-    for (uint32_t j = 0; j < N; j++) __pipeline_memcpy_async(&st.chunk[slot][j][threadIdx.x], &from[j], 16);
-}
-
-// Starts copying *src into slot `slot` of this thread, as one group.
+// Starts the asynchronous copy (cp.async) of *src into slot `slot` of this thread.
 template <class F, uint32_t THREADS>
 __device__ __forceinline__ void stage_base(BaseStage<F, THREADS>& st, uint32_t slot, const affine_t<F>* src) {
-    copy_chunks<BaseStage<F, THREADS>::CHUNKS>(st, slot, src);
-    __pipeline_commit();
-}
-
-// The first N chunks of slot `slot` (its copy must have completed) as a T: the point,
-// or its x alone.
-template <class T, uint32_t N, class F, uint32_t THREADS>
-__device__ __forceinline__ T staged_chunks(const BaseStage<F, THREADS>& st, uint32_t slot) {
-    static_assert(sizeof(T) == N * 16, "T must be N chunks");
-    T v;
-    uint4* to = reinterpret_cast<uint4*>(&v);
+    const uint4* from = reinterpret_cast<const uint4*>(src);
 #pragma unroll
-    for (uint32_t j = 0; j < N; j++) to[j] = st.chunk[slot][j][threadIdx.x];
-    return v;
+    for (uint32_t j = 0; j < BaseStage<F, THREADS>::CHUNKS; j++)
+        __pipeline_memcpy_async(&st.chunk[slot][j][threadIdx.x], &from[j], 16);
+    __pipeline_commit();
 }
 
 // The point in slot `slot` (its copy must have completed).
 template <class F, uint32_t THREADS>
 __device__ __forceinline__ affine_t<F> staged_base(const BaseStage<F, THREADS>& st, uint32_t slot) {
-    return staged_chunks<affine_t<F>, BaseStage<F, THREADS>::CHUNKS>(st, slot);
+    affine_t<F> p;
+    uint4* to = reinterpret_cast<uint4*>(&p);
+#pragma unroll
+    for (uint32_t j = 0; j < BaseStage<F, THREADS>::CHUNKS; j++) to[j] = st.chunk[slot][j][threadIdx.x];
+    return p;
 }
 
 // The sorted entries are cut into S slices of T = ceil(total / S) entries (total =
@@ -442,25 +427,27 @@ __device__ __forceinline__ void accumulate_heads(xyzz_t<F>* __restrict__ buckets
 // output offsets are the exclusive scan of halve_counts. (c) then runs on the last
 // round's points (accumulate_sorted with DIRECT).
 
-// Where a round's input points come from. A position's handle locates its point; the
-// round loads handles a slot ahead of the points, so that a point's address is known
-// when its copy starts. Round 0: the handle is the sorted entry (base index | sign).
+// Round 0 reads the sorted entries (base index | sign) and the bases; x() is all the
+// forward pass needs in the common case (negation leaves x alone).
 template <class F>
 struct EntryPoints {
     const uint32_t* __restrict__ sorted;
     const affine_t<F>* __restrict__ bases;
-    __device__ __forceinline__ uint32_t handle(uint32_t pos) const { return sorted[pos]; }
-    __device__ __forceinline__ const affine_t<F>* at(uint32_t h) const { return &bases[h & MAG]; }
-    __device__ __forceinline__ bool negated(uint32_t h) const { return h & NEG; }
+    __device__ __forceinline__ F x(uint32_t pos) const { return bases[sorted[pos] & MAG].x; }
+    __device__ __forceinline__ affine_t<F> operator()(uint32_t pos) const {
+        const uint32_t e = sorted[pos];
+        affine_t<F> p = bases[e & MAG];
+        if (e & NEG) affine_neg(p);
+        return p;
+    }
 };
 
-// Later rounds read the previous round's points; the handle is the position.
+// Later rounds read the previous round's points.
 template <class F>
 struct ListPoints {
     const affine_t<F>* __restrict__ pts;
-    __device__ __forceinline__ uint32_t handle(uint32_t pos) const { return pos; }
-    __device__ __forceinline__ const affine_t<F>* at(uint32_t h) const { return &pts[h]; }
-    __device__ __forceinline__ bool negated(uint32_t) const { return false; }
+    __device__ __forceinline__ F x(uint32_t pos) const { return pts[pos].x; }
+    __device__ __forceinline__ affine_t<F> operator()(uint32_t pos) const { return pts[pos]; }
 };
 
 // counts[k] = ceil(m_k / 2), m_k = in_off[k + 1] - in_off[k]: a round's output run lengths.
@@ -496,51 +483,18 @@ __device__ __forceinline__ PairKind pair_terms(const affine_t<F>& a, const affin
     return TAKE_INF;
 }
 
-// Threads per block of msm_pair_entries / msm_pair_points (msm.cu launches them with
-// MSM_BLOCK_POINT, which must not exceed this): sizes PairStage.
-constexpr uint32_t PAIR_THREADS = 128;
-
-// A thread's prefetch area in pair_round: one BaseStage per point of a pair (48 KiB at
-// 128 threads for G1). The forward pass copies only the x halves.
-template <class F>
-struct PairStage {
-    BaseStage<F, PAIR_THREADS> point[2];
-};
-
-// Starts copying (cp.async) the first N chunks of *a, and of *b unless null, into slot
-// `slot`, and commits them as one group (empty when a is null too), so that every call
-// adds exactly one group for __pipeline_wait_prior to count.
-template <uint32_t N, class F>
-__device__ __forceinline__ void stage_pair(PairStage<F>& st, uint32_t slot, const affine_t<F>* a,
-                                           const affine_t<F>* b) {
-    if (a != nullptr) copy_chunks<N>(st.point[0], slot, a);
-    if (b != nullptr) copy_chunks<N>(st.point[1], slot, b);
-    __pipeline_commit();
-}
-
-// A slot's inputs: the handles of positions p and p + 1 (b only when paired).
-struct PairSlot {
-    uint32_t a, b;
-    bool paired;
-};
-
 // One round. Output slot j of bucket k (out_off[k] <= j < out_off[k + 1]) is the sum of
 // input positions p = in_off[k] + 2(j - out_off[k]) and p + 1, or p alone when p + 1
 // leaves the run. Thread s < S takes T = ceil(total / S) consecutive slots (total =
 // out_off[K], read here so the host need not wait for it) and inverts their
 // denominators together: a forward pass stores prefix products (prefix[(j-a)·S + s],
 // coalesced across threads), one inversion, a backward pass forms the sums.
-//
-// Both passes are software-pipelined like accumulate_sorted: while slot j is computed,
-// the points of the next slot are copying into shared memory (cp.async: no registers)
-// and the handles of the one after are loading. The forward pass copies only x: two x
-// that differ and are nonzero (infinity is (0, 0)) mean a chord, whose denominator is
-// their difference; anything else reads the points themselves (rare).
+// The forward pass reads only x where it can: two x that differ and are nonzero
+// (infinity is (0, 0)) mean a chord, whose denominator is their difference.
 template <class F, class Source>
 __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __restrict__ prefix,
                                            const uint32_t* __restrict__ in_off, const uint32_t* __restrict__ out_off,
                                            Source src, uint32_t K, uint32_t S) {
-    __shared__ PairStage<F> stage;  // blockDim.x <= PAIR_THREADS
     const uint32_t s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= S) return;
     const uint32_t total = out_off[K];
@@ -549,76 +503,26 @@ __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __r
     if (a64 >= total) return;
     const uint32_t a = (uint32_t)a64;
     const uint32_t b = (uint32_t)min((size_t)total, a64 + T);
-    // k follows the slot whose handles load next: up in the forward pass, down after.
     uint32_t k = bucket_of(out_off, K, a);
-    auto load = [&](uint32_t j) {
-        const uint32_t p = in_off[k] + 2 * (j - out_off[k]);
-        const bool paired = p + 1 < in_off[k + 1];
-        return PairSlot{src.handle(p), paired ? src.handle(p + 1) : 0u, paired};
-    };
-    auto point = [&](uint32_t h) {
-        affine_t<F> p = *src.at(h);
-        if (src.negated(h)) affine_neg(p);
-        return p;
-    };
-    constexpr uint32_t XC = BaseStage<F, PAIR_THREADS>::X_CHUNKS, PC = BaseStage<F, PAIR_THREADS>::CHUNKS;
-
-    // Forward: slot j's x are in stage slot j & 1.
-    PairSlot cur = load(a), next = cur;
-    stage_pair<XC>(stage, a & 1, cur.paired ? src.at(cur.a) : nullptr, cur.paired ? src.at(cur.b) : nullptr);
-    if (a + 1 < b) {
-        while (out_off[k + 1] <= a + 1) k++;
-        next = load(a + 1);
-    }
     F acc = F::one();
     for (uint32_t j = a; j < b; j++) {
-        const bool more = j + 1 < b && next.paired;
-        stage_pair<XC>(stage, (j + 1) & 1, more ? src.at(next.a) : nullptr, more ? src.at(next.b) : nullptr);
-        const PairSlot now = cur;
-        cur = next;
-        if (j + 2 < b) {
-            while (out_off[k + 1] <= j + 2) k++;  // ends below K: j + 2 < total
-            next = load(j + 2);
-        }
-        __pipeline_wait_prior(1);  // slot j's copy (all but the newest group) has landed
-        if (!now.paired) continue;  // copied: no denominator
-        const F x1 = staged_chunks<F, XC>(stage.point[0], j & 1);
-        const F x2 = staged_chunks<F, XC>(stage.point[1], j & 1);
+        while (out_off[k + 1] <= j) k++;  // ends below K: j < total
+        const uint32_t p = in_off[k] + 2 * (j - out_off[k]);
+        if (p + 1 >= in_off[k + 1]) continue;  // copied: no denominator
+        const F x1 = src.x(p), x2 = src.x(p + 1);
         F num, den = x2 - x1;
         if (x1 == x2 || x1.is_zero() || x2.is_zero()) {
-            if (pair_terms(point(now.a), point(now.b), num, den) != VIA_LAMBDA) continue;
+            if (pair_terms(src(p), src(p + 1), num, den) != VIA_LAMBDA) continue;
         }
         prefix[(size_t)(j - a) * S + s] = acc;
         acc = acc * den;
     }
-    __pipeline_wait_prior(0);  // the backward pass reuses the stage
-
     F inv = acc.inverse();  // of the product of every denominator of the slice
-    // Backward: slot j's points are in stage slot j & 1; k is at slot b - 1's bucket.
-    cur = load(b - 1);
-    stage_pair<PC>(stage, (b - 1) & 1, src.at(cur.a), cur.paired ? src.at(cur.b) : nullptr);
-    if (b - 1 > a) {
-        while (out_off[k] > b - 2) k--;
-        next = load(b - 2);
-    }
     for (uint32_t j = b; j-- > a;) {
-        const bool more = j > a;
-        stage_pair<PC>(stage, (j - 1) & 1, more ? src.at(next.a) : nullptr,
-                       more && next.paired ? src.at(next.b) : nullptr);
-        const PairSlot now = cur;
-        cur = next;
-        if (j >= a + 2) {
-            while (out_off[k] > j - 2) k--;
-            next = load(j - 2);
-        }
-        __pipeline_wait_prior(1);
-        affine_t<F> p1 = staged_base(stage.point[0], j & 1);
-        if (src.negated(now.a)) affine_neg(p1);
-        affine_t<F> p2 = affine_inf<F>();
-        if (now.paired) {
-            p2 = staged_base(stage.point[1], j & 1);
-            if (src.negated(now.b)) affine_neg(p2);
-        }
+        while (out_off[k] > j) k--;
+        const uint32_t p = in_off[k] + 2 * (j - out_off[k]);
+        const affine_t<F> p1 = src(p);
+        const affine_t<F> p2 = p + 1 < in_off[k + 1] ? src(p + 1) : affine_inf<F>();
         F num, den;
         const PairKind kind = pair_terms(p1, p2, num, den);
         affine_t<F> r;
@@ -632,7 +536,6 @@ __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __r
         }
         out[j] = r;
     }
-    __pipeline_wait_prior(0);  // no copy may still write shared memory at exit
 }
 
 // ---------------------------------------------------------------------------------
