@@ -624,6 +624,68 @@ fn gpu_staging_reserve_pins_ahead() {
     buf.free().expect("free");
 }
 
+/// Memory lent to the prep goes to the device in one async copy, counted as lent (not
+/// staged or pageable); a write through `frs_mut` right after the upload waits for the
+/// copy, so the device holds the values from before the write, held up behind a long
+/// kernel to make the race real. Too many values for the buffer is a typed error.
+#[test]
+fn gpu_lent_memory_uploads_without_a_host_copy() {
+    use std::time::Duration;
+    use twolock::device::cuda::AllocKind;
+    use twolock::device::host::LentMemory;
+    let g = gpu();
+    let s = stream();
+    let n = 3 * (1 << 20) + 5;
+    let mut lent = g.lend_pinned(n).expect("lend");
+    assert!(
+        lent.frs().iter().all(|v| v.is_zero()),
+        "lent memory not zeroed"
+    );
+    let mut rng = ChaCha20Rng::seed_from_u64(41);
+    let want: Vec<Fr> = (0..n).map(|_| Fr::rand(&mut rng)).collect();
+    lent.frs_mut().expect("writable").copy_from_slice(&want);
+
+    let mut buf = g
+        .alloc::<DevFr>(&s, n, AllocKind::StreamOrdered)
+        .expect("alloc");
+    g.poison(&s, &mut buf).expect("poison");
+    // The copy queues behind ~0.5 s of kernel work on the same stream.
+    let rate = arith::fr_mul_rate(g, &s, 3).expect("rate probe");
+    let threads = f64::from(g.sm_count().expect("SMs")) * 2048.0;
+    let iters = (Duration::from_millis(500).as_secs_f64() * rate / (2.0 * threads)).ceil() as u32;
+    let busy = arith::hold_stream(g, &s, iters).expect("hold the stream");
+    let before = g.staging_counts();
+    g.upload_lent(&s, &mut buf, &lent).expect("upload");
+    let after = g.staging_counts();
+    lent.frs_mut()
+        .expect("wait for the copy")
+        .fill(Fr::from(0u64));
+    let got = s.clone_dtoh(&buf).expect("download");
+    g.sync(&s, "lent upload").expect("sync");
+    drop(busy);
+    assert!(
+        got.iter().map(fr_from_dev).collect::<Option<Vec<_>>>() == Some(want),
+        "the device holds other values: the write did not wait for the copy"
+    );
+    assert_eq!(
+        after.lent - before.lent,
+        32 * n as u64,
+        "not counted as lent"
+    );
+    assert_eq!(
+        (after.staged, after.pageable),
+        (before.staged, before.pageable)
+    );
+
+    let mut small = g.alloc::<DevFr>(&s, 4, AllocKind::Sync).expect("alloc");
+    assert!(matches!(
+        g.upload_lent(&s, &mut small, &lent),
+        Err(twolock::device::cuda::CudaError::InvalidInput(_))
+    ));
+    small.free().expect("free");
+    buf.free().expect("free");
+}
+
 /// The pool never waits on another stream: with every buffer in flight behind a long
 /// kernel on one stream, an upload on a second stream takes the pageable path at once
 /// (it returns while the first stream is still held) and lands intact, as do the held

@@ -80,6 +80,9 @@ fn proofs_equal_reference(
     assert_all_correct(&w, &r);
     assert_clean(&r);
     assert_eq!(r.run.fallbacks, 0);
+    // Every prep wrote memory the device lent: each worker carried its own from one
+    // partition to the next, and no partition fell back to the heap.
+    assert_eq!(r.device.uploads(), (6, 6), "(uploads, from lent memory)");
 }
 
 #[test]

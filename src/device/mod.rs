@@ -9,6 +9,8 @@
 
 pub mod faults;
 pub use faults::FaultPlan;
+pub mod host;
+pub use host::HostVec;
 pub mod sim;
 pub mod split;
 pub mod vram;
@@ -131,12 +133,12 @@ impl std::fmt::Display for WorkerId {
 }
 
 /// What the CPU prep hands to the device for one partition.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PartitionInputs {
-    /// A·z, B·z, C·z over the domain.
-    pub a: Vec<Fr>,
-    pub b: Vec<Fr>,
-    pub c: Vec<Fr>,
+    /// A·z, B·z, C·z over the domain (in memory the device lent, where it did).
+    pub a: HostVec,
+    pub b: HostVec,
+    pub c: HostVec,
     /// z without its leading one: inputs then aux (the A and B queries' scalars).
     pub scalars: Arc<Vec<Fr>>,
     /// Index in `scalars` where aux begins (the L query's scalars).
@@ -212,6 +214,12 @@ pub trait Device: Send + Sync + 'static {
     fn create_stream(&self, owner: WorkerId) -> Result<Self::Stream, DeviceError>;
     /// Uploads a key's G1 bases once; all partitions of a batch share it.
     fn load_key(&self, pk: &Arc<ProvingKey>) -> Result<Self::Key, DeviceError>;
+    /// Host memory for `len` elements of a partition's a, b or c that this device
+    /// uploads without a host copy (page-locked), lent before a batch; None where it
+    /// has none to lend, and the prep writes the heap.
+    fn lend_host(&self, _len: usize) -> Result<Option<HostVec>, DeviceError> {
+        Ok(None)
+    }
     /// Bytes a working set of `shape` needs under `footprint`.
     fn working_set_bytes(&self, shape: &Shape, footprint: Footprint) -> u64;
     /// Arena strategy only: preallocates up to `slots` slots of `slot_bytes`; returns

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::host::{HostVec, LentMemory};
 use super::split::{msm_ones, msm_split};
 use super::vram::Vram;
 use super::{
@@ -75,6 +76,9 @@ struct State {
     streams: Vec<StreamState>,
     kernel_lane_free: Option<Instant>,
     copy_lane_free: Option<Instant>,
+    /// Uploads so far, and how many of them read a, b, c from lent memory.
+    uploads: usize,
+    lent_uploads: usize,
 }
 
 #[derive(Debug)]
@@ -83,6 +87,21 @@ struct Inner {
     state: Mutex<State>,
     faults: FaultPlan,
     audit: Option<Arc<Audit>>,
+}
+
+/// Memory a [`SimDevice`] lends (see its `lend_host`).
+struct SimLent(Vec<Fr>);
+
+impl LentMemory for SimLent {
+    fn frs(&self) -> &[Fr] {
+        &self.0
+    }
+    fn frs_mut(&mut self) -> Result<&mut [Fr], DeviceError> {
+        Ok(&mut self.0)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// A simulated GPU. Cheap to clone (shared state).
@@ -147,6 +166,8 @@ impl SimDevice {
                     streams: Vec::new(),
                     kernel_lane_free: None,
                     copy_lane_free: None,
+                    uploads: 0,
+                    lent_uploads: 0,
                 }),
                 cfg,
                 faults,
@@ -162,6 +183,12 @@ impl SimDevice {
     /// Changes the modelled capacity (a squeeze, or another process taking VRAM).
     pub fn set_capacity(&self, capacity: u64) {
         self.inner.state.lock().vram.set_capacity(capacity);
+    }
+
+    /// Uploads so far, and how many read a, b, c from memory this device lent.
+    pub fn uploads(&self) -> (usize, usize) {
+        let st = self.inner.state.lock();
+        (st.uploads, st.lent_uploads)
     }
 
     /// How many faults the device injected so far.
@@ -326,6 +353,15 @@ impl Device for SimDevice {
         })
     }
 
+    /// Heap memory standing in for the CUDA device's page-locked memory, so that the
+    /// prover's lent path (the spare buffers carried across partitions) runs here too.
+    fn lend_host(&self, len: usize) -> Result<Option<HostVec>, DeviceError> {
+        Ok(Some(HostVec::lent(Box::new(SimLent(vec![
+            Fr::from(0u64);
+            len
+        ])))))
+    }
+
     fn working_set_bytes(&self, shape: &Shape, footprint: Footprint) -> u64 {
         let n = shape.domain_size as u64;
         let s = shape.num_scalars as u64;
@@ -411,10 +447,18 @@ impl Device for SimDevice {
         inputs: &PartitionInputs,
     ) -> Result<(), DeviceError> {
         self.launch(stream, Stage::Upload)?;
+        {
+            let mut st = self.inner.state.lock();
+            st.uploads += 1;
+            let ours = |v: &HostVec| v.lent_as::<SimLent>().is_some();
+            if ours(&inputs.a) && ours(&inputs.b) && ours(&inputs.c) {
+                st.lent_uploads += 1;
+            }
+        }
         ws.data = Data {
-            a: inputs.a.clone(),
-            b: inputs.b.clone(),
-            c: inputs.c.clone(),
+            a: inputs.a.to_vec(),
+            b: inputs.b.to_vec(),
+            c: inputs.c.to_vec(),
             h: Vec::new(),
             scalars: inputs.scalars.clone(),
             classes: inputs.classes.clone(),

@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::audit::{Audit, LockKind};
 use crate::circuits::{CircuitError, ConstraintMatrices};
-use crate::device::{Device, DeviceError, Shape, WorkerId};
+use crate::device::{Device, DeviceError, PartitionInputs, Shape, WorkerId};
 use crate::reference::ReferenceError;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{thread, Arc, Mutex};
@@ -226,6 +226,8 @@ struct Worker<D: Device> {
     stream: D::Stream,
     dev: Arc<DeviceCtx<D>>,
     shared: Arc<Shared>,
+    /// Host buffers for the first prep: a, b, c in memory the device lent, if it did.
+    lent: Option<PartitionInputs>,
 }
 
 impl<D: Device> Worker<D> {
@@ -251,9 +253,9 @@ impl<D: Device> Worker<D> {
         Ok(held?.with_span(t.clone(), i, hold))
     }
 
-    fn run(self) {
+    fn run(mut self) {
         let n = self.shared.batch.partitions.len();
-        let mut spare = None;
+        let mut spare = self.lent.take();
         loop {
             // Each index is handed out exactly once.
             let i = self.shared.next.fetch_add(1, Ordering::Relaxed);
@@ -411,14 +413,38 @@ impl<D: Device> Pipeline<D> {
                 device.create_stream(who).map(|stream| (who, stream))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // Each worker's a, b, c in memory the device lends (page-locked: uploaded with
+        // no host copy), made here so that the batch's ramp-up does not pin it.
+        let mut lent = Vec::with_capacity(streams.len());
+        for _ in &streams {
+            let abc = [(); 3].map(|_| device.lend_host(shape.domain_size));
+            lent.push(match abc {
+                [Ok(Some(a)), Ok(Some(b)), Ok(Some(c))] => Some(PartitionInputs {
+                    a,
+                    b,
+                    c,
+                    ..PartitionInputs::default()
+                }),
+                abc => {
+                    // One that failed fails the device, as a stream would; none to lend
+                    // leaves the heap.
+                    for r in abc {
+                        r?;
+                    }
+                    None
+                }
+            });
+        }
         let handles = streams
             .into_iter()
-            .map(|(who, stream)| {
+            .zip(lent)
+            .map(|((who, stream), lent)| {
                 let w = Worker {
                     who,
                     stream,
                     dev: dev.clone(),
                     shared: shared.clone(),
+                    lent,
                 };
                 thread::spawn(move || w.run())
             })

@@ -6,7 +6,7 @@ use ark_ff::{One, Zero};
 
 use super::ProveError;
 use crate::circuits::ConstraintMatrices;
-use crate::device::{PartitionInputs, ScalarClasses, Shape};
+use crate::device::{HostVec, PartitionInputs, ScalarClasses, Shape};
 use crate::reference;
 use crate::sync::Arc;
 use crate::Fr;
@@ -40,7 +40,7 @@ pub fn prepare_reusing(
             a, b, c, scalars, ..
         }) => {
             // Only an unshared scalar vector can be rewritten.
-            ((a, b, c), Arc::try_unwrap(scalars).unwrap_or_default())
+            ([a, b, c], Arc::try_unwrap(scalars).unwrap_or_default())
         }
         None => Default::default(),
     };
@@ -53,7 +53,7 @@ pub fn prepare_reusing(
     if let Some(row) = violated {
         return Err(ProveError::Unsatisfied { constraint: row });
     }
-    let (a, b, c) = evals;
+    let [a, b, c] = evals;
     let rest = z.get(1..).unwrap_or(&[]);
     reference::fill_parallel(&mut scalars, rest.len(), |i| rest[i]);
     let classes = ScalarClasses::classify(&scalars);
@@ -73,17 +73,13 @@ pub fn prepare_reusing(
 fn evaluate(
     m: &ConstraintMatrices,
     z: &[Fr],
-    out: &mut reference::Evaluations,
+    out: &mut [HostVec; 3],
 ) -> Result<Option<usize>, ProveError> {
     use rayon::prelude::*;
     reference::check_len(m, z).map_err(ProveError::from)?;
     let n = reference::domain(m).map_err(ProveError::from)?.size_usize();
-    let (a, b, c) = out;
-    for v in [&mut *a, &mut *b, &mut *c] {
-        if v.len() != n {
-            reference::fill_parallel(v, n, |_| Fr::zero());
-        }
-    }
+    let [a, b, c] = out;
+    let (a, b, c) = (a.writable(n)?, b.writable(n)?, c.writable(n)?);
     let row = |mat: &Matrix<Fr>, i: usize| mat.get(i).map_or_else(Fr::zero, |t| evaluate_row(t, z));
     let violated = a
         .par_iter_mut()
@@ -200,7 +196,11 @@ mod tests {
             let z = spec.assignment(3).unwrap();
             let (a, b, c) = reference::evaluations(&m, &z).unwrap();
             let got = prepare_reusing(&m, &z, spare.take()).unwrap();
-            assert_eq!((&got.a, &got.b, &got.c), (&a, &b, &c), "{family:?} 2^{log}");
+            assert_eq!(
+                (&got.a[..], &got.b[..], &got.c[..]),
+                (&a[..], &b[..], &c[..]),
+                "{family:?} 2^{log}"
+            );
             assert_eq!(got.scalars.as_slice(), &z[1..]);
             assert_eq!(*got.classes, ScalarClasses::classify(&z[1..]));
             spare = Some(got);

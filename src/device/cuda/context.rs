@@ -32,7 +32,8 @@ use thiserror::Error;
 use crate::sync::Mutex;
 
 use super::kernels::{ANCHORS, FATBINS};
-use super::staging::{HostStaging, StagingCounts};
+use super::staging::{HostStaging, LentPinned, StagingCounts};
+use crate::device::host::LentMemory;
 
 /// Errors of the CUDA layer. Everything a user needs is in the variant.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -177,6 +178,35 @@ impl Gpu {
     /// [`HostStaging::reserve`]); returns how many were added.
     pub fn reserve_staging(&self, bytes: u64) -> Result<usize, CudaError> {
         self.staging.reserve(&self.ctx, bytes)
+    }
+    /// `len` zeroed elements of page-locked memory to lend to the prep (see
+    /// [`LentPinned`]); the driver's out-of-memory error where the host has none.
+    pub fn lend_pinned(&self, len: usize) -> Result<LentPinned, CudaError> {
+        LentPinned::new(&self.ctx, len)
+    }
+    /// Async copy of all of `src` into the front of `dst` on `s`, straight from its
+    /// page-locked memory, ordered before `s`'s later work; `src`'s writes and free
+    /// wait for the copy. More values than `dst` holds is an error.
+    pub fn upload_lent(
+        &self,
+        s: &Arc<CudaStream>,
+        dst: &mut DeviceBuffer<super::layout::DevFr>,
+        src: &LentPinned,
+    ) -> Result<(), CudaError> {
+        if src.frs().len() > dst.len() {
+            return Err(invalid(format!(
+                "{} values into a buffer of {}",
+                src.frs().len(),
+                dst.len()
+            )));
+        }
+        if src.frs().is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `dst` is live and holds at least as many values; `s` is ours and
+        // its context is now current.
+        unsafe { self.staging.upload_lent(&self.ctx, s, dst.raw(), src) }
     }
     /// Async copy of `src` into the front of `dst` on `s`, through page-locked staging
     /// (see `staging.rs`): `src` may be reused when this returns, and the copy is

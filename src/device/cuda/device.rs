@@ -23,11 +23,12 @@ use super::layout::{fr_as_dev, DevFr};
 use super::msm::{
     self, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace, ScalarsRef, SplitScalars,
 };
+use super::staging::LentPinned;
 use super::witness_map::witness_map;
 use crate::audit::Audit;
 use crate::device::{
     AllocSite, AllocStrategy, Device, DeviceBG2, DeviceError, FaultPlan, Footprint, G1Results,
-    MemInfo, PartitionInputs, Shape, Stage, WorkerId,
+    HostVec, MemInfo, PartitionInputs, Shape, Stage, WorkerId,
 };
 use crate::sync::{Arc, Mutex};
 use crate::ProvingKey;
@@ -691,17 +692,17 @@ impl Device for CudaDevice {
     }
 
     fn load_key(&self, pk: &Arc<ProvingKey>) -> Result<CudaKey, DeviceError> {
-        // The key fixes the domain (h has one point fewer), so one partition's a, b, c
-        // upload is known now: its page-locked staging is pinned here, before a batch,
-        // not under the mem lock on the batch's ramp-up.
+        // The key fixes the domain (h has one point fewer). Page-locked staging for one
+        // domain-sized vector (the split MSMs' scalars; a, b, c come from lent memory,
+        // see `lend_host`) is pinned here, before a batch, not on its ramp-up.
         let t0 = std::time::Instant::now();
-        let abc = 3 * (pk.h_query.len() as u64 + 1) * FR_BYTES;
-        let added = self.gpu.reserve_staging(abc)?;
+        let vector = (pk.h_query.len() as u64 + 1) * FR_BYTES;
+        let added = self.gpu.reserve_staging(vector)?;
         tracing::debug!(
             buffers = added,
             ms = t0.elapsed().as_secs_f64() * 1e3,
-            "page-locked staging reserved for {} MiB of a, b, c",
-            abc >> 20
+            "page-locked staging reserved for {} MiB",
+            vector >> 20
         );
         let s = self.gpu.default_stream();
         let up = |pts| DeviceBases::upload(&self.gpu, s, pts, AllocKind::Sync);
@@ -713,6 +714,28 @@ impl Device for CudaDevice {
             b_g1: up(&pk.b_g1_query)?,
             b_g2: DeviceG2Bases::upload(&self.gpu, s, b_g2, AllocKind::Sync)?,
         })
+    }
+
+    fn lend_host(&self, len: usize) -> Result<Option<HostVec>, DeviceError> {
+        let t0 = std::time::Instant::now();
+        match self.gpu.lend_pinned(len) {
+            Ok(lent) => {
+                tracing::debug!(
+                    mib = (len as u64 * FR_BYTES) >> 20,
+                    ms = t0.elapsed().as_secs_f64() * 1e3,
+                    "page-locked memory lent to the prep"
+                );
+                Ok(Some(HostVec::lent(Box::new(lent))))
+            }
+            Err(CudaError::Driver(e)) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                tracing::warn!(
+                    error = %e,
+                    "no page-locked memory to lend: a, b, c go through staging"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn working_set_bytes(&self, shape: &Shape, footprint: Footprint) -> u64 {
@@ -813,13 +836,21 @@ impl Device for CudaDevice {
             )));
         }
         let s = &stream.stream;
-        // Async copies through page-locked staging (inputs free when each returns),
-        // ordered before this worker's kernels by its stream.
+        // Async copies, ordered before this worker's kernels by its stream: straight
+        // from memory this device lent (its writes and free wait for the copy), else
+        // through page-locked staging (the input is free when the call returns).
         let g = &self.gpu;
         let t0 = std::time::Instant::now();
-        g.upload_to(s, &mut ws.bufs.a, fr_as_dev(&inputs.a))?;
-        g.upload_to(s, &mut ws.bufs.b, fr_as_dev(&inputs.b))?;
-        g.upload_to(s, &mut ws.bufs.c, fr_as_dev(&inputs.c))?;
+        for (dst, src) in [
+            (&mut ws.bufs.a, &inputs.a),
+            (&mut ws.bufs.b, &inputs.b),
+            (&mut ws.bufs.c, &inputs.c),
+        ] {
+            match src.lent_as::<LentPinned>() {
+                Some(lent) => g.upload_lent(s, dst, lent)?,
+                None => g.upload_to(s, dst, fr_as_dev(src))?,
+            }
+        }
         ws.bufs.out.poison(&self.gpu, s)?;
         ws.bufs.g2.poison(&self.gpu, s)?;
         let t1 = std::time::Instant::now();
@@ -842,6 +873,7 @@ impl Device for CudaDevice {
             classes_ms = t1.elapsed().as_secs_f64() * 1e3,
             staged_mib_so_far = sent.staged >> 20,
             pageable_mib_so_far = sent.pageable >> 20,
+            lent_mib_so_far = sent.lent >> 20,
             "upload's host side"
         );
         Ok(())

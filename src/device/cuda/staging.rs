@@ -9,6 +9,10 @@
 //! host fills chunk i + 1 while the link moves chunk i, and returns without waiting for
 //! the stream. The caller's source is free again when the upload returns.
 //!
+//! The largest upload, a partition's a, b, c, needs no host copy at all: the device
+//! lends the prep page-locked memory for them ([`LentPinned`]), which the prep writes in
+//! place and [`HostStaging::upload_lent`] sends with one async copy.
+//!
 //! A buffer is refilled only once the copy that last read it has finished (its event
 //! says so): a chunk takes an idle, finished buffer, or a new one while the pool has
 //! fewer than [`MAX_BUFFERS`], and otherwise the pageable path. Never waiting for a
@@ -34,7 +38,10 @@ use cudarc::driver::{
 use rayon::prelude::*;
 
 use super::context::CudaError;
+use crate::device::host::LentMemory;
+use crate::device::DeviceError;
 use crate::sync::Mutex;
+use crate::Fr;
 
 /// Bytes per staging buffer: large against a copy's fixed cost, small enough that the
 /// host's fill of one chunk overlaps the transfer of the one before.
@@ -54,11 +61,17 @@ struct Staged {
 }
 
 impl Staged {
+    /// A staging buffer: write-combined, as the host only writes it.
     fn new(ctx: &Arc<CudaContext>) -> Result<Staged, DriverError> {
+        Self::with(ctx, CHUNK, sys::CU_MEMHOSTALLOC_WRITECOMBINED)
+    }
+
+    fn with(ctx: &Arc<CudaContext>, bytes: usize, flags: u32) -> Result<Staged, DriverError> {
         // The event first: `mem` is not freed by unwinding (ManuallyDrop) until Staged exists.
         let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
-        // SAFETY: the bytes are only written (by `fill`) before any copy reads them.
-        let mem = ManuallyDrop::new(unsafe { ctx.alloc_pinned::<u8>(CHUNK) }?);
+        // SAFETY: the bytes are written before any copy reads them (by `fill`, or by
+        // the prep through `LentPinned::frs_mut`, which zeroes them first).
+        let mem = ManuallyDrop::new(unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, flags) }?);
         Ok(Staged { mem, done })
     }
 }
@@ -84,6 +97,67 @@ impl Drop for Staged {
     }
 }
 
+/// Page-locked memory lent to the prep for one of a partition's a, b, c
+/// ([`crate::device::Device::lend_host`]): written in place, then sent by
+/// [`HostStaging::upload_lent`] with one async copy and no host copy. Cached (not
+/// write-combined): the prep reads back what it wrote. Every copy from it records
+/// `done`; a write ([`LentMemory::frs_mut`]) and the free (Staged's drop) wait for it.
+pub struct LentPinned {
+    buf: Staged,
+    ptr: *mut Fr,
+    len: usize,
+    /// One copy's wait, copy and record at a time, so `done` follows every copy.
+    copying: Mutex<()>,
+}
+
+// SAFETY: `ptr` addresses `buf`'s memory, owned by this value; shared access only
+// reads it (`frs`), and writes need `&mut self` after the device's reads (`frs_mut`).
+unsafe impl Send for LentPinned {}
+// SAFETY: as above; `copying` serializes the copies' event bookkeeping.
+unsafe impl Sync for LentPinned {}
+
+impl LentPinned {
+    /// `len` zeroed elements of cached page-locked memory in `ctx`.
+    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<LentPinned, CudaError> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<Fr>())
+            .ok_or_else(|| CudaError::InvalidInput(format!("{len} elements to lend")))?;
+        let mut buf = Staged::with(ctx, bytes.max(1), 0)?;
+        let ptr = buf.mem.as_mut_ptr()?.cast::<Fr>();
+        // SAFETY: `ptr` addresses `bytes` page-aligned bytes no copy reads yet.
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
+        Ok(LentPinned {
+            buf,
+            ptr,
+            len,
+            copying: Mutex::new(()),
+        })
+    }
+
+    fn context(&self) -> &Arc<CudaContext> {
+        self.buf.done.context()
+    }
+}
+
+impl LentMemory for LentPinned {
+    fn frs(&self) -> &[Fr] {
+        // SAFETY: `len` initialized elements (zeroed at creation: a valid Fr), read-only
+        // here; the device only reads them too.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn frs_mut(&mut self) -> Result<&mut [Fr], DeviceError> {
+        self.buf.done.synchronize().map_err(CudaError::from)?;
+        // SAFETY: as in `frs`, and no copy reads them any more (`done` has completed;
+        // new copies need `&self`, excluded by `&mut self`).
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 #[derive(Default)]
 struct Pool {
     /// Buffers not being filled, oldest use first (some may still be in flight).
@@ -99,6 +173,8 @@ pub struct StagingCounts {
     pub staged: u64,
     /// From pageable memory (no buffer free, or staging off).
     pub pageable: u64,
+    /// Straight from page-locked memory lent to the prep ([`LentPinned`]).
+    pub lent: u64,
 }
 
 /// One GPU's pool of page-locked staging buffers.
@@ -108,6 +184,7 @@ pub struct HostStaging {
     off: AtomicBool,
     staged: AtomicU64,
     pageable: AtomicU64,
+    lent: AtomicU64,
 }
 
 impl HostStaging {
@@ -122,6 +199,7 @@ impl HostStaging {
             off: AtomicBool::new(off),
             staged: AtomicU64::new(0),
             pageable: AtomicU64::new(0),
+            lent: AtomicU64::new(0),
         }
     }
 
@@ -129,6 +207,7 @@ impl HostStaging {
         StagingCounts {
             staged: self.staged.load(Ordering::Relaxed),
             pageable: self.pageable.load(Ordering::Relaxed),
+            lent: self.lent.load(Ordering::Relaxed),
         }
     }
 
@@ -194,6 +273,44 @@ impl HostStaging {
                 Ok(None)
             }
         }
+    }
+
+    /// Async copy of all of `src` to `dst` on `s`, straight from its page-locked memory;
+    /// `src` records the copy (its writes and its free wait for it). Memory lent by
+    /// another context is sent through staging.
+    ///
+    /// # Safety
+    /// As [`HostStaging::upload`].
+    pub(crate) unsafe fn upload_lent(
+        &self,
+        ctx: &Arc<CudaContext>,
+        s: &Arc<CudaStream>,
+        dst: CUdeviceptr,
+        src: &LentPinned,
+    ) -> Result<(), CudaError> {
+        if src.context().cu_ctx() != ctx.cu_ctx() {
+            // SAFETY: per the contract.
+            return unsafe { self.upload(ctx, s, dst, super::layout::fr_as_dev(src.frs())) };
+        }
+        let _one = src.copying.lock();
+        // After any earlier copy from it (on another stream, say), so `done` covers both.
+        s.wait(&src.buf.done)?;
+        let bytes = std::mem::size_of_val(src.frs());
+        // SAFETY: `src` holds `bytes` page-locked bytes, not written while `done` is
+        // pending (see LentPinned); `dst` per the contract.
+        let sent = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst, src.ptr.cast_const().cast(), bytes, s.cu_stream())
+                .result()
+        };
+        sent?;
+        if let Err(e) = src.buf.done.record(s) {
+            // In flight with no record of it: wait here (raw, as in Staged's drop).
+            // SAFETY: a stream of the current context.
+            unsafe { result::stream::synchronize(s.cu_stream()) }?;
+            return Err(e.into());
+        }
+        self.lent.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Async copy of `src` to `dst` on `s`; `src` may be reused when this returns.
