@@ -11,7 +11,8 @@
 //!
 //! The largest upload, a partition's a, b, c, needs no host copy at all: the device
 //! lends the prep page-locked memory for them ([`LentPinned`]), which the prep writes in
-//! place and [`HostStaging::upload_lent`] sends with one async copy.
+//! place and [`Gpu::upload_lent`](super::context::Gpu::upload_lent) sends with one
+//! async copy.
 //!
 //! A buffer is refilled only once the copy that last read it has finished (its event
 //! says so): a chunk takes an idle, finished buffer, or a new one while the pool has
@@ -99,8 +100,8 @@ impl Drop for Staged {
 
 /// Page-locked memory lent to the prep for one of a partition's a, b, c
 /// ([`crate::device::Device::lend_host`]): written in place, then sent by
-/// [`HostStaging::upload_lent`] with one async copy and no host copy. Cached (not
-/// write-combined): the prep reads back what it wrote. Every copy from it records
+/// [`Gpu::upload_lent`](super::context::Gpu::upload_lent) with one async copy and no
+/// host copy. Cached (not write-combined): the prep reads back what it wrote. Every copy from it records
 /// `done`; a write ([`LentMemory::frs_mut`]) and the free (Staged's drop) wait for it.
 pub struct LentPinned {
     buf: Staged,
