@@ -202,30 +202,22 @@ fn check_field<F: Field, D: arith::DeviceField + PartialEq + std::fmt::Debug>(
 }
 
 fn check_fr(seed: u64, random: usize) {
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    check_field(
-        "fr",
-        seed,
-        pairs::<Fr>(&mut rng, random),
-        fr_to_dev,
-        fr_from_dev,
-    );
+    let pairs = pairs::<Fr>(&mut ChaCha20Rng::seed_from_u64(seed), random);
+    check_field("fr", seed, pairs, fr_to_dev, fr_from_dev);
 }
 
 fn check_fq(seed: u64, random: usize) {
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    check_field(
-        "fq",
-        seed,
-        pairs::<Fq>(&mut rng, random),
-        fq_to_dev,
-        fq_from_dev,
-    );
+    let pairs = pairs::<Fq>(&mut ChaCha20Rng::seed_from_u64(seed), random);
+    check_field("fq", seed, pairs, fq_to_dev, fq_from_dev);
 }
 
 fn check_fq2(seed: u64, random: usize) {
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let pairs = pairs_of(&fq2_edges(), &mut rng, random, fq2_rand);
+    let pairs = pairs_of(
+        &fq2_edges(),
+        &mut ChaCha20Rng::seed_from_u64(seed),
+        random,
+        fq2_rand,
+    );
     check_field("fq2", seed, pairs, fq2_to_dev, fq2_from_dev);
 }
 

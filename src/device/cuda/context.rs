@@ -193,13 +193,7 @@ impl Gpu {
         dst: &mut DeviceBuffer<super::layout::DevFr>,
         src: &LentPinned,
     ) -> Result<(), CudaError> {
-        if src.frs().len() > dst.len() {
-            return Err(invalid(format!(
-                "{} values into a buffer of {}",
-                src.frs().len(),
-                dst.len()
-            )));
-        }
+        fits(src.frs().len(), dst.len())?;
         if src.frs().is_empty() {
             return Ok(());
         }
@@ -217,13 +211,7 @@ impl Gpu {
         dst: &mut DeviceBuffer<T>,
         src: &[T],
     ) -> Result<(), CudaError> {
-        if src.len() > dst.len() {
-            return Err(invalid(format!(
-                "{} values into a buffer of {}",
-                src.len(),
-                dst.len()
-            )));
-        }
+        fits(src.len(), dst.len())?;
         // SAFETY: `dst` is live and holds at least src.len() values.
         unsafe { upload(self, s, dst.raw(), src) }
     }
@@ -618,6 +606,14 @@ pub(crate) fn u32_of(v: usize) -> Result<u32, CudaError> {
 
 /// Async copy of `src` to the device address `dst` on `s`.
 ///
+/// An upload of `values` into a buffer of `room`: an error if they do not fit.
+fn fits(values: usize, room: usize) -> Result<(), CudaError> {
+    if values > room {
+        return Err(invalid(format!("{values} values into a buffer of {room}")));
+    }
+    Ok(())
+}
+
 /// # Safety
 /// `dst` must hold `src.len()` values of `T`.
 pub(crate) unsafe fn upload<T: DeviceRepr>(

@@ -224,12 +224,19 @@ impl HostStaging {
                     return Ok(pool.idle.remove(i));
                 }
             }
-            if pool.allocated >= MAX_BUFFERS {
+            if !Self::claim(&mut pool, MAX_BUFFERS) {
                 return Ok(None);
             }
-            pool.allocated += 1;
         }
         self.new_buffer(ctx)
+    }
+
+    /// Counts one more buffer if the pool holds fewer than `cap` (the caller makes it
+    /// with [`Self::new_buffer`]).
+    fn claim(pool: &mut Pool, cap: usize) -> bool {
+        let free = pool.allocated < cap;
+        pool.allocated += usize::from(free);
+        free
     }
 
     /// Allocates buffers until the pool holds enough for `bytes` (at most
@@ -241,12 +248,8 @@ impl HostStaging {
             .min(MAX_BUFFERS);
         let mut added = 0;
         while !self.off.load(Ordering::Relaxed) {
-            {
-                let mut pool = self.pool.lock();
-                if pool.allocated >= want {
-                    break;
-                }
-                pool.allocated += 1;
+            if !Self::claim(&mut self.pool.lock(), want) {
+                break;
             }
             // A buffer never copied from: its unrecorded event reads as complete.
             match self.new_buffer(ctx)? {
