@@ -22,7 +22,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::sync::Arc;
-use crate::{Fr, ProvingKey};
+use crate::ProvingKey;
 pub use split::ScalarClasses;
 
 type G1 = ark_bls12_381::G1Projective;
@@ -139,12 +139,11 @@ pub struct PartitionInputs {
     pub a: HostVec,
     pub b: HostVec,
     pub c: HostVec,
-    /// z without its leading one: inputs then aux (the A and B queries' scalars).
-    pub scalars: Arc<Vec<Fr>>,
-    /// Index in `scalars` where aux begins (the L query's scalars).
-    pub aux_start: usize,
-    /// 0 / 1 / other classification of `scalars` (CPU prep; the GPU consumes it).
+    /// 0 / 1 / other classification of z without its leading one, inputs then aux (the
+    /// A and B queries' scalars), made by the CPU prep in the form the device uploads.
     pub classes: Arc<ScalarClasses>,
+    /// The same of the aux part alone (the L query's scalars).
+    pub aux_classes: Arc<ScalarClasses>,
 }
 
 /// What the device computed of B_G2 = Σ_i b_i·b_g2_query[1 + i], alongside B_G1 (same

@@ -123,9 +123,8 @@ struct Data {
     b: Vec<Fr>,
     c: Vec<Fr>,
     h: Vec<Fr>,
-    scalars: Arc<Vec<Fr>>,
     classes: Arc<ScalarClasses>,
-    aux_start: usize,
+    aux_classes: Arc<ScalarClasses>,
     results: [Option<G1>; 4],
     b_g2: DeviceBG2,
 }
@@ -460,9 +459,8 @@ impl Device for SimDevice {
             b: inputs.b.to_vec(),
             c: inputs.c.to_vec(),
             h: Vec::new(),
-            scalars: inputs.scalars.clone(),
             classes: inputs.classes.clone(),
-            aux_start: inputs.aux_start,
+            aux_classes: inputs.aux_classes.clone(),
             results: [None; 4],
             b_g2: DeviceBG2::None,
         };
@@ -514,18 +512,15 @@ impl Device for SimDevice {
                         .collect();
                 <G1 as ark_ec::VariableBaseMSM>::msm_bigint(&pk.h_query, &big)
             }
-            Stage::MsmL => {
-                let aux = d.scalars.get(d.aux_start..).unwrap_or(&[]);
-                msm_split::<G1>(&pk.l_query, aux, &d.classes.suffix(d.aux_start))
-            }
-            Stage::MsmA => msm_split::<G1>(&skip_first(&pk.a_query), &d.scalars, &d.classes),
+            Stage::MsmL => msm_split::<G1>(&pk.l_query, &d.aux_classes),
+            Stage::MsmA => msm_split::<G1>(&skip_first(&pk.a_query), &d.classes),
             _ => {
                 // B_G2's ones beside B_G1 (same scalars), the CPU finish adding the
                 // others: the GPU computes all of it, so the simulated device keeps
                 // the finish's other path under test.
                 let b_g2 = pk.b_g2_query.get(1..).unwrap_or(&[]);
-                d.b_g2 = DeviceBG2::Ones(msm_ones(b_g2, &d.scalars, &d.classes));
-                msm_split::<G1>(&skip_first(&pk.b_g1_query), &d.scalars, &d.classes)
+                d.b_g2 = DeviceBG2::Ones(msm_ones(b_g2, &d.classes));
+                msm_split::<G1>(&skip_first(&pk.b_g1_query), &d.classes)
             }
         };
         d.results[slot] = Some(result);

@@ -2,109 +2,168 @@
 //! enables: zeros are skipped, ones are a batch addition of their bases, and only the
 //! others go through Pippenger. Boolean-heavy circuits (SHA-256 in PoRep) are mostly
 //! zeros and ones, so the split removes most of the MSM work.
+//!
+//! The classification is in the form a device consumes (a bitmap of the ones, the
+//! others' indices and scalars gathered), so a partition's upload only copies it: the
+//! prep builds it with no lock held, where it overlaps other partitions' GPU work.
+
+use std::mem::take;
 
 use ark_ec::VariableBaseMSM;
 use ark_ff::{One, PrimeField, Zero};
+use rayon::prelude::*;
 
 use crate::Fr;
 
-/// Sorted indices of the scalars equal to one and of the others (neither 0 nor 1).
+/// The scalars equal to one as a bitmap (bit i % 32 of word i / 32 is set iff scalar i
+/// is one), and the others (neither 0 nor 1) as ascending indices with their scalars.
+/// Zeros are in neither. Built only by [`ScalarClasses::classify`] and
+/// [`ScalarClasses::suffix`], so every index is below `len` and no bit past `len` is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScalarClasses {
-    pub len: usize,
-    pub ones: Vec<u32>,
-    pub others: Vec<u32>,
+    len: usize,
+    ones: Vec<u32>,
+    ones_count: usize,
+    other_indices: Vec<u32>,
+    other_scalars: Vec<Fr>,
 }
 
 impl ScalarClasses {
-    /// Classifies `scalars`. Indices are u32: a partition has < 2^32 scalars.
+    /// Classifies `scalars` (in parallel). Indices are u32: a partition has < 2^32
+    /// scalars (2^32 of them would be 128 GiB).
     pub fn classify(scalars: &[Fr]) -> Self {
-        use rayon::prelude::*;
-        const CHUNK: usize = 1 << 16;
-        // Chunks in parallel, then concatenated in order, so the lists stay sorted.
-        let parts: Vec<(Vec<u32>, Vec<u32>)> = scalars
-            .par_chunks(CHUNK)
-            .enumerate()
-            .map(|(c, chunk)| {
-                let (mut ones, mut others) = (Vec::new(), Vec::new());
-                for (j, s) in chunk.iter().enumerate() {
-                    let i = (c * CHUNK + j) as u32;
-                    if s.is_one() {
-                        ones.push(i);
-                    } else if !s.is_zero() {
-                        others.push(i);
-                    }
-                }
-                (ones, others)
+        let mut classes = Self::default();
+        classes.classify_into(scalars);
+        classes
+    }
+
+    /// [`ScalarClasses::classify`] into this value's vectors, which keep their pages (a
+    /// worker reuses its previous partition's).
+    pub fn classify_into(&mut self, scalars: &[Fr]) {
+        let word = |c: &[Fr]| {
+            (c.iter().enumerate()).fold(0u32, |w, (b, s)| w | u32::from(s.is_one()) << b)
+        };
+        self.len = scalars.len();
+        self.ones.clear();
+        self.ones.par_extend(scalars.par_chunks(32).map(word));
+        self.ones_count = self.ones.par_iter().map(|w| w.count_ones() as usize).sum();
+        self.other_indices.clear();
+        self.other_scalars.clear();
+        // Filtered in parallel, extended in order, so the indices stay ascending.
+        let others = (scalars.par_iter().enumerate())
+            .filter(|(_, s)| !s.is_zero() && !s.is_one())
+            .map(|(i, s)| (i as u32, *s));
+        let mut pair = (take(&mut self.other_indices), take(&mut self.other_scalars));
+        pair.par_extend(others);
+        (self.other_indices, self.other_scalars) = pair;
+    }
+
+    /// The classes of `scalars[start..]`, re-indexed from `start` (the L query's
+    /// scalars are the aux part), without a rescan of the scalars.
+    pub fn suffix(&self, start: usize) -> ScalarClasses {
+        let start = start.min(self.len);
+        let len = self.len - start;
+        let (q, r) = (start / 32, start % 32);
+        // Word j of the suffix is bits start + 32j .. start + 32j + 32 of the bitmap.
+        let ones: Vec<u32> = (0..len.div_ceil(32))
+            .into_par_iter()
+            .map(|j| {
+                let lo = self.ones[q + j] >> r;
+                let hi = match (r, self.ones.get(q + j + 1)) {
+                    (1.., Some(next)) => next << (32 - r),
+                    _ => 0,
+                };
+                lo | hi
             })
             .collect();
-        let (ones, others) = parts.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+        let from = self
+            .other_indices
+            .partition_point(|&i| (i as usize) < start);
         ScalarClasses {
-            len: scalars.len(),
-            ones: ones.concat(),
-            others: others.concat(),
+            len,
+            ones_count: ones.par_iter().map(|w| w.count_ones() as usize).sum(),
+            ones,
+            other_indices: (self.other_indices[from..].par_iter())
+                .map(|&i| i - start as u32)
+                .collect(),
+            other_scalars: self.other_scalars[from..].to_vec(),
         }
     }
 
+    /// How many scalars were classified.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The ones' bitmap: ⌈len / 32⌉ words.
+    pub fn ones_words(&self) -> &[u32] {
+        &self.ones
+    }
+    pub fn ones_count(&self) -> usize {
+        self.ones_count
+    }
+    /// The ones' indices, ascending.
+    pub fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        (self.ones.iter().enumerate()).flat_map(|(w, &word)| set_bits(w, word))
+    }
+    pub fn other_indices(&self) -> &[u32] {
+        &self.other_indices
+    }
+    pub fn other_scalars(&self) -> &[Fr] {
+        &self.other_scalars
+    }
     pub fn zeros(&self) -> usize {
-        self.len - self.ones.len() - self.others.len()
-    }
-
-    /// The ones and others at or after `start`, re-indexed from `start` (the L query
-    /// uses the aux part of the scalars).
-    pub fn suffix(&self, start: usize) -> ScalarClasses {
-        let tail = |v: &[u32]| {
-            let from = v.partition_point(|&i| (i as usize) < start);
-            v[from..].iter().map(|&i| i - start as u32).collect()
-        };
-        ScalarClasses {
-            len: self.len.saturating_sub(start),
-            ones: tail(&self.ones),
-            others: tail(&self.others),
-        }
+        self.len - self.ones_count - self.other_indices.len()
     }
 }
 
+/// The indices of `word`'s set bits, word `w` of a bitmap.
+fn set_bits(w: usize, mut word: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (word != 0).then(|| {
+            let b = word.trailing_zeros() as usize;
+            word &= word - 1;
+            w * 32 + b
+        })
+    })
+}
+
 /// Σ scalars_i · bases_i computed as batch addition over the ones plus an MSM over the
-/// others. `bases` may be longer than the scalars (extra bases are ignored, as in
-/// arkworks' `msm_bigint`); indices past the bases are ignored likewise.
-pub fn msm_split<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasses) -> G
+/// others. `bases` may be fewer or more than the scalars: a scalar past the bases is
+/// ignored, as are extra bases (arkworks' `msm_bigint` does likewise).
+pub fn msm_split<G>(bases: &[G::MulBase], classes: &ScalarClasses) -> G
 where
     G: VariableBaseMSM<ScalarField = Fr>,
 {
-    msm_ones::<G>(bases, scalars, classes) + msm_others::<G>(bases, scalars, classes)
+    msm_ones::<G>(bases, classes) + msm_others::<G>(bases, classes)
 }
 
 /// The ones' part of [`msm_split`] alone: Σ bases_i over the scalars equal to one (the
 /// batch addition a device runs).
-pub fn msm_ones<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasses) -> G
+pub fn msm_ones<G>(bases: &[G::MulBase], classes: &ScalarClasses) -> G
 where
     G: VariableBaseMSM<ScalarField = Fr>,
 {
-    use rayon::prelude::*;
-    let n = bases.len().min(scalars.len());
     // In parallel: a boolean circuit has about n/2 ones, and one core's sequential G2
     // fold was the CPU critical path at 2^22 (3.7 s per partition).
-    classes
-        .ones
-        .par_iter()
-        .filter(|&&i| (i as usize) < n)
-        .fold(G::zero, |acc, &i| acc + bases[i as usize])
+    (classes.ones.par_iter().enumerate())
+        .flat_map_iter(|(w, &word)| set_bits(w, word))
+        .filter_map(|i| bases.get(i))
+        .fold(G::zero, |acc, base| acc + base)
         .reduce(G::zero, |a, b| a + b)
 }
 
 /// The others' part of [`msm_split`] alone: Σ scalars_i · bases_i over the scalars that
 /// are neither 0 nor 1 (for when the ones were summed elsewhere, e.g. on the device).
-pub fn msm_others<G>(bases: &[G::MulBase], scalars: &[Fr], classes: &ScalarClasses) -> G
+pub fn msm_others<G>(bases: &[G::MulBase], classes: &ScalarClasses) -> G
 where
     G: VariableBaseMSM<ScalarField = Fr>,
 {
-    let n = bases.len().min(scalars.len());
-    let (b, s): (Vec<G::MulBase>, Vec<_>) = classes
-        .others
-        .iter()
-        .filter(|&&i| (i as usize) < n)
-        .map(|&i| (bases[i as usize], scalars[i as usize].into_bigint()))
+    let (b, s): (Vec<G::MulBase>, Vec<_>) = (classes.other_indices.iter())
+        .zip(&classes.other_scalars)
+        .filter_map(|(&i, s)| Some((*bases.get(i as usize)?, s.into_bigint())))
         .unzip();
     G::msm_bigint(&b, &s)
 }
@@ -114,28 +173,57 @@ mod tests {
     use super::*;
     use ark_bls12_381::{G1Affine, G1Projective as G1};
     use ark_std::UniformRand;
+    use proptest::prelude::*;
     use rand::{Rng, SeedableRng};
+
+    /// n scalars, each 0, 1 or random with the given weights.
+    fn mixed(rng: &mut impl Rng, n: usize, weights: [u32; 3]) -> Vec<Fr> {
+        let total = weights.iter().sum::<u32>().max(1);
+        (0..n)
+            .map(|_| match rng.gen_range(0..total) {
+                x if x < weights[0] => Fr::zero(),
+                x if x < weights[0] + weights[1] => Fr::one(),
+                _ => Fr::rand(rng),
+            })
+            .collect()
+    }
+
+    /// The classes by definition, one scalar at a time.
+    fn check(classes: &ScalarClasses, scalars: &[Fr]) {
+        let n = scalars.len();
+        assert_eq!(classes.len(), n);
+        assert_eq!(classes.ones_words().len(), n.div_ceil(32));
+        let ones: Vec<usize> = (0..n).filter(|&i| scalars[i].is_one()).collect();
+        assert_eq!(classes.ones().collect::<Vec<_>>(), ones);
+        assert_eq!(classes.ones_count(), ones.len());
+        let others: Vec<(u32, Fr)> = (scalars.iter().enumerate())
+            .filter(|(_, s)| !s.is_zero() && !s.is_one())
+            .map(|(i, s)| (i as u32, *s))
+            .collect();
+        let got: Vec<(u32, Fr)> = (classes.other_indices().iter().copied())
+            .zip(classes.other_scalars().iter().copied())
+            .collect();
+        assert_eq!(got, others);
+        assert_eq!(classes.zeros() + ones.len() + others.len(), n);
+    }
 
     #[test]
     fn split_equals_plain_msm_on_mixed_scalars() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         for n in [0usize, 1, 2, 31, 33, 100] {
             let bases: Vec<G1Affine> = (0..n).map(|_| G1Affine::rand(&mut rng)).collect();
-            let scalars: Vec<Fr> = (0..n)
-                .map(|_| match rng.gen_range(0..3) {
-                    0 => Fr::zero(),
-                    1 => Fr::one(),
-                    _ => Fr::rand(&mut rng),
-                })
-                .collect();
+            let scalars = mixed(&mut rng, n, [1, 1, 1]);
             let classes = ScalarClasses::classify(&scalars);
+            check(&classes, &scalars);
             assert_eq!(
-                classes.zeros() + classes.ones.len() + classes.others.len(),
-                n
-            );
-            assert_eq!(
-                msm_split::<G1>(&bases, &scalars, &classes),
+                msm_split::<G1>(&bases, &classes),
                 G1::msm(&bases, &scalars).unwrap()
+            );
+            // Fewer bases than scalars: the scalars past them are ignored.
+            let short = &bases[..n / 2];
+            assert_eq!(
+                msm_split::<G1>(short, &classes),
+                G1::msm(short, &scalars[..n / 2]).unwrap()
             );
         }
     }
@@ -150,8 +238,45 @@ mod tests {
             Fr::from(9u64),
         ];
         let c = ScalarClasses::classify(&s).suffix(2);
-        assert_eq!(c.len, 3);
-        assert_eq!(c.ones, vec![1]);
-        assert_eq!(c.others, vec![2]);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.ones().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(c.other_indices(), &[2]);
+        assert_eq!(c.other_scalars(), &[Fr::from(9u64)]);
+        assert_eq!(
+            ScalarClasses::classify(&s).suffix(9),
+            ScalarClasses::classify(&[])
+        );
+    }
+
+    #[test]
+    fn classify_into_reuses_without_leftovers() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        let mut classes = ScalarClasses::classify(&mixed(&mut rng, 1000, [1, 1, 1]));
+        for n in [70, 0, 333] {
+            let scalars = mixed(&mut rng, n, [2, 3, 1]);
+            classes.classify_into(&scalars);
+            assert_eq!(classes, ScalarClasses::classify(&scalars));
+            check(&classes, &scalars);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The suffix (the L query's classes, shifted bitmap) equals a classification of
+        /// the suffix's scalars, for starts on and off word boundaries.
+        #[test]
+        fn suffix_equals_classifying_the_suffix(
+            n in 0usize..300,
+            start in 0usize..320,
+            seed in any::<u64>(),
+            weights in prop::array::uniform3(0u32..4),
+        ) {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let scalars = mixed(&mut rng, n, weights);
+            let classes = ScalarClasses::classify(&scalars);
+            check(&classes, &scalars);
+            let tail = scalars.get(start..).unwrap_or(&[]);
+            prop_assert_eq!(classes.suffix(start), ScalarClasses::classify(tail));
+        }
     }
 }

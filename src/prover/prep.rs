@@ -6,7 +6,7 @@ use ark_ff::{One, Zero};
 
 use super::ProveError;
 use crate::circuits::ConstraintMatrices;
-use crate::device::{HostVec, PartitionInputs, ScalarClasses, Shape};
+use crate::device::{HostVec, PartitionInputs, Shape};
 use crate::reference;
 use crate::sync::Arc;
 use crate::Fr;
@@ -35,12 +35,12 @@ pub fn prepare_reusing(
     z: &[Fr],
     spare: Option<PartitionInputs>,
 ) -> Result<PartitionInputs, ProveError> {
-    let (mut evals, mut scalars) = match spare {
+    let (mut evals, mut classes) = match spare {
         Some(PartitionInputs {
-            a, b, c, scalars, ..
+            a, b, c, classes, ..
         }) => {
-            // Only an unshared scalar vector can be rewritten.
-            ([a, b, c], Arc::try_unwrap(scalars).unwrap_or_default())
+            // Only unshared vectors can be rewritten.
+            ([a, b, c], Arc::try_unwrap(classes).unwrap_or_default())
         }
         None => Default::default(),
     };
@@ -54,15 +54,12 @@ pub fn prepare_reusing(
         return Err(ProveError::Unsatisfied { constraint: row });
     }
     let [a, b, c] = evals;
-    let rest = z.get(1..).unwrap_or(&[]);
-    reference::fill_parallel(&mut scalars, rest.len(), |i| rest[i]);
-    let classes = ScalarClasses::classify(&scalars);
+    classes.classify_into(&z[1..]);
     Ok(PartitionInputs {
         a,
         b,
         c,
-        scalars: Arc::new(scalars),
-        aux_start: m.num_instance_variables - 1,
+        aux_classes: Arc::new(classes.suffix(m.num_instance_variables - 1)),
         classes: Arc::new(classes),
     })
 }
@@ -142,6 +139,7 @@ impl SizeUsize for ark_poly::Radix2EvaluationDomain<Fr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::ScalarClasses;
     use ark_ff::UniformRand;
     use ark_groth16::r1cs_to_qap::evaluate_constraint;
     use rand::{Rng, SeedableRng};
@@ -201,8 +199,9 @@ mod tests {
                 (&a[..], &b[..], &c[..]),
                 "{family:?} 2^{log}"
             );
-            assert_eq!(got.scalars.as_slice(), &z[1..]);
             assert_eq!(*got.classes, ScalarClasses::classify(&z[1..]));
+            let aux = &z[m.num_instance_variables..];
+            assert_eq!(*got.aux_classes, ScalarClasses::classify(aux));
             spare = Some(got);
         }
     }

@@ -47,10 +47,8 @@ pub(super) fn prove_partition<D: Device>(
         match g1.b_g2 {
             DeviceBG2::Whole(b_g2) => b_g2,
             // The device summed the ones under compute; the others are left.
-            DeviceBG2::Ones(ones) => {
-                ones + msm_others::<G2>(bases, &inputs.scalars, &inputs.classes)
-            }
-            DeviceBG2::None => msm_split::<G2>(bases, &inputs.scalars, &inputs.classes),
+            DeviceBG2::Ones(ones) => ones + msm_others::<G2>(bases, &inputs.classes),
+            DeviceBG2::None => msm_split::<G2>(bases, &inputs.classes),
         }
     });
     let (r, s) = batch.rs[i];

@@ -20,15 +20,13 @@ use cudarc::driver::{sys, CudaStream};
 use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 use super::g2::{DeviceG2Bases, G2Scratch};
 use super::layout::{fr_as_dev, DevFr};
-use super::msm::{
-    self, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace, ScalarsRef, SplitScalars,
-};
+use super::msm::{self, DeviceBases, DeviceScalars, MsmResults, MsmWorkspace, ScalarsRef};
 use super::staging::LentPinned;
 use super::witness_map::witness_map;
 use crate::audit::Audit;
 use crate::device::{
     AllocSite, AllocStrategy, Device, DeviceBG2, DeviceError, FaultPlan, Footprint, G1Results,
-    HostVec, MemInfo, PartitionInputs, Shape, Stage, WorkerId,
+    HostVec, MemInfo, PartitionInputs, ScalarClasses, Shape, Stage, WorkerId,
 };
 use crate::sync::{Arc, Mutex};
 use crate::ProvingKey;
@@ -154,13 +152,13 @@ pub struct CudaWorkerStream {
     stream: Arc<CudaStream>,
 }
 
-/// A working set: device buffers plus the host-side split of the scalars.
+/// A working set: device buffers plus the prep's split of the scalars (host side).
 pub struct CudaWorkingSet {
     bufs: Buffers,
     bytes: u64,
     arena: bool,
-    split_all: Option<SplitScalars>,
-    split_aux: Option<SplitScalars>,
+    split_all: Option<Arc<ScalarClasses>>,
+    split_aux: Option<Arc<ScalarClasses>>,
     ran: [bool; RESULTS],
 }
 
@@ -853,24 +851,16 @@ impl Device for CudaDevice {
         }
         ws.bufs.out.poison(&self.gpu, s)?;
         ws.bufs.g2.poison(&self.gpu, s)?;
-        let t1 = std::time::Instant::now();
-        let aux = inputs.scalars.get(inputs.aux_start..).unwrap_or(&[]);
-        ws.split_all = Some(SplitScalars::from_classes(
-            &inputs.classes,
-            &inputs.scalars,
-        )?);
-        ws.split_aux = Some(SplitScalars::from_classes(
-            &inputs.classes.suffix(inputs.aux_start),
-            aux,
-        )?);
+        // The MSMs upload the split (it is the prep's, ready to copy).
+        ws.split_all = Some(inputs.classes.clone());
+        ws.split_aux = Some(inputs.aux_classes.clone());
         ws.ran = [false; RESULTS];
         // Where an upload's host time goes (the first one is on a batch's ramp-up), and
         // whether copies found no staging buffer free (pageable: they block the thread).
         let sent = self.gpu.staging_counts();
         tracing::debug!(
             owner = %stream.owner,
-            abc_ms = (t1 - t0).as_secs_f64() * 1e3,
-            classes_ms = t1.elapsed().as_secs_f64() * 1e3,
+            abc_ms = t0.elapsed().as_secs_f64() * 1e3,
             staged_mib_so_far = sent.staged >> 20,
             pageable_mib_so_far = sent.pageable >> 20,
             lent_mib_so_far = sent.lent >> 20,

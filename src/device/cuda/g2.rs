@@ -26,7 +26,8 @@ use super::context::{download, grid_1d, invalid, launch, u32_of, upload};
 use super::context::{AllocKind, CudaError, DeviceBuffer, Gpu};
 use super::layout::{g2_affines_to_dev, g2_xyzz_to_projective, DevFq, DevG2Affine, DevG2Xyzz};
 use super::msm::{self, BasesView, Beside, Bitmap, Curve, MsmResults, MsmWorkspace, PointScratch};
-use super::msm::{SplitScalars, WindowPlan, MAX_WINDOWS};
+use super::msm::{WindowPlan, MAX_WINDOWS};
+use crate::device::ScalarClasses;
 
 type Stream = Arc<CudaStream>;
 
@@ -256,7 +257,7 @@ impl G2Scratch {
         ws: &mut MsmWorkspace,
         g1_bases: BasesView<'_>,
         g2_bases: &DeviceG2Bases,
-        split: &SplitScalars,
+        split: &ScalarClasses,
         out: &mut MsmResults,
         index: usize,
     ) -> Result<(), CudaError> {
@@ -281,7 +282,7 @@ impl G2Scratch {
             None => None,
         };
         // SAFETY: `beside`'s regions hold the workspace's point counts (checked above)
-        // and MAX_WINDOWS window sums; its bases ≥ split.len points; both live in
+        // and MAX_WINDOWS window sums; its bases ≥ split.len() points; both live in
         // `self` and the key, which the caller keeps until the stream has run.
         let plan = unsafe {
             msm::msm_split_beside_enqueue(gpu, stream, ws, g1_bases, split, out, index, beside)

@@ -3,7 +3,7 @@
 //! - [`msm`]: Pippenger with signed c-bit windows, for arbitrary scalars.
 //! - [`batch_add`]: Σ P_i over a bitmap, for scalars equal to one.
 //! - [`msm_split`]: the prover's split. The CPU prep classifies the scalars into zero /
-//!   one / other ([`classify`] → [`SplitScalars`]); the device adds the ones' bases by
+//!   one / other ([`ScalarClasses`]); the device adds the ones' bases by
 //!   batch addition and runs Pippenger on the others only. Their bases are gathered by
 //!   index inside the bucket sort (a sorted entry is the base's index), so the bases are
 //!   never copied.
@@ -26,7 +26,7 @@
 //! its error; a slot that holds no point of G1 is an error too.
 //!
 //! Layout, in pipeline order: [`plan`] (window widths, the signed digits' CPU model),
-//! [`inputs`] (bases, scalars, the 0/1/other split), `workspace` (scratch sizes and
+//! [`inputs`] (bases, scalars), `workspace` (scratch sizes and
 //! regions, per-curve point regions, stage (c')'s options [`AffineRounds`]), `enqueue`
 //! (stages (a)–(d), the batch-affine rounds (c') before (c), and the Pippenger run),
 //! this module (result slots, stage (e) and the entry points), [`stages`] (each stage
@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use ark_bls12_381::{G1Affine, G1Projective};
 use ark_ec::{AdditiveGroup, CurveGroup};
-use ark_ff::{Field, One, UniformRand, Zero};
+use ark_ff::{Field, UniformRand, Zero};
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{result, CudaEvent, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use rand::SeedableRng;
@@ -292,7 +292,7 @@ pub fn msm_split_enqueue(
     stream: &Stream,
     ws: &mut MsmWorkspace,
     bases: BasesView<'_>,
-    split: &SplitScalars,
+    split: &ScalarClasses,
     out: &mut MsmResults,
     index: usize,
 ) -> Result<(), CudaError> {
@@ -304,7 +304,7 @@ pub fn msm_split_enqueue(
 /// (B_G2 beside B_G1). Returns the plan of the others' windows (None: no others).
 ///
 /// # Safety
-/// `beside`'s bases hold at least `split.len` points and its point regions the
+/// `beside`'s bases hold at least `split.len()` points and its point regions the
 /// workspace's [`MsmWorkspace::point_counts`], its windows [`MAX_WINDOWS`] points, all
 /// live until the stream has run the work.
 #[allow(clippy::too_many_arguments)]
@@ -313,19 +313,19 @@ pub(crate) unsafe fn msm_split_beside_enqueue(
     stream: &Stream,
     ws: &mut MsmWorkspace,
     bases: BasesView<'_>,
-    split: &SplitScalars,
+    split: &ScalarClasses,
     out: &mut MsmResults,
     index: usize,
     beside: Option<Beside>,
 ) -> Result<Option<WindowPlan>, CudaError> {
     let ones = Bitmap {
-        words: &split.ones,
-        len: split.len,
+        words: split.ones_words(),
+        len: split.len(),
     };
     batch_add_enqueue(gpu, stream, ws, bases, ones, out, index)?;
     let rec = out.record(index)?;
-    let n = split.other_indices.len();
-    stage_scalars(gpu, stream, ws, ScalarsRef::Host(&split.other_scalars))?;
+    let n = split.other_indices().len();
+    stage_scalars(gpu, stream, ws, ScalarsRef::Host(split.other_scalars()))?;
     let run = Run {
         bases: bases.ptr,
         n,
@@ -333,11 +333,11 @@ pub(crate) unsafe fn msm_split_beside_enqueue(
         windows: rec + XYZZ,
         beside,
     };
-    // SAFETY: the index region holds max_n ≥ n entries, each < split.len ≤ bases.len
+    // SAFETY: the index region holds max_n ≥ n entries, each < split.len() ≤ bases.len
     // (and ≤ the second curve's bases, per the caller); the window sums follow the
     // accumulator in the record.
     let plan = unsafe {
-        upload(gpu, stream, ws.scratch.index, &split.other_indices)?;
+        upload(gpu, stream, ws.scratch.index, split.other_indices())?;
         enqueue_pippenger(gpu, stream, ws, run, None)?
     };
     out.plans[index] = plan;
@@ -435,9 +435,9 @@ pub fn msm_split(
     gpu: &Gpu,
     stream: &Stream,
     bases: BasesView<'_>,
-    split: &SplitScalars,
+    split: &ScalarClasses,
 ) -> Result<G1Projective, CudaError> {
-    run_once(gpu, stream, split.len, |ws, out| {
+    run_once(gpu, stream, split.len(), |ws, out| {
         msm_split_enqueue(gpu, stream, ws, bases, split, out, 0)
     })
 }

@@ -70,7 +70,7 @@ pub fn encode_digit(d: i64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ark_ff::{BigInteger, Field, PrimeField};
+    use ark_ff::{BigInteger, Field, One, PrimeField};
 
     fn reconstruct(d: &[i64], c: u32) -> Fr {
         let base = Fr::from(2u64).pow([u64::from(c)]);
