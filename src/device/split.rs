@@ -61,33 +61,41 @@ impl ScalarClasses {
     /// The classes of `scalars[start..]`, re-indexed from `start` (the L query's
     /// scalars are the aux part), without a rescan of the scalars.
     pub fn suffix(&self, start: usize) -> ScalarClasses {
+        let mut out = Self::default();
+        self.suffix_into(start, &mut out);
+        out
+    }
+
+    /// [`ScalarClasses::suffix`] into `out`'s vectors, which keep their pages.
+    pub fn suffix_into(&self, start: usize, out: &mut ScalarClasses) {
         let start = start.min(self.len);
-        let len = self.len - start;
+        out.len = self.len - start;
         let (q, r) = (start / 32, start % 32);
         // Word j of the suffix is bits start + 32j .. start + 32j + 32 of the bitmap.
-        let ones: Vec<u32> = (0..len.div_ceil(32))
-            .into_par_iter()
-            .map(|j| {
+        out.ones.clear();
+        out.ones
+            .par_extend((0..out.len.div_ceil(32)).into_par_iter().map(|j| {
                 let lo = self.ones[q + j] >> r;
                 let hi = match (r, self.ones.get(q + j + 1)) {
                     (1.., Some(next)) => next << (32 - r),
                     _ => 0,
                 };
                 lo | hi
-            })
-            .collect();
+            }));
+        out.ones_count = out.ones.par_iter().map(|w| w.count_ones() as usize).sum();
         let from = self
             .other_indices
             .partition_point(|&i| (i as usize) < start);
-        ScalarClasses {
-            len,
-            ones_count: ones.par_iter().map(|w| w.count_ones() as usize).sum(),
-            ones,
-            other_indices: (self.other_indices[from..].par_iter())
-                .map(|&i| i - start as u32)
-                .collect(),
-            other_scalars: self.other_scalars[from..].to_vec(),
-        }
+        out.other_indices.clear();
+        out.other_indices.par_extend(
+            self.other_indices[from..]
+                .par_iter()
+                .map(|&i| i - start as u32),
+        );
+        // A dense circuit's others are nearly all its scalars: copied in parallel.
+        out.other_scalars.clear();
+        out.other_scalars
+            .par_extend(self.other_scalars[from..].par_iter().copied());
     }
 
     /// How many scalars were classified.

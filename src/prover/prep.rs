@@ -6,7 +6,7 @@ use ark_ff::{One, Zero};
 
 use super::ProveError;
 use crate::circuits::ConstraintMatrices;
-use crate::device::{HostVec, PartitionInputs, Shape};
+use crate::device::{HostVec, PartitionInputs, ScalarClasses, Shape};
 use crate::reference;
 use crate::sync::Arc;
 use crate::Fr;
@@ -35,12 +35,17 @@ pub fn prepare_reusing(
     z: &[Fr],
     spare: Option<PartitionInputs>,
 ) -> Result<PartitionInputs, ProveError> {
-    let (mut evals, mut classes) = match spare {
+    let (mut evals, mut classes, mut aux_classes) = match spare {
         Some(PartitionInputs {
-            a, b, c, classes, ..
+            a,
+            b,
+            c,
+            classes,
+            aux_classes,
         }) => {
             // Only unshared vectors can be rewritten.
-            ([a, b, c], Arc::try_unwrap(classes).unwrap_or_default())
+            let reuse = |v: Arc<ScalarClasses>| Arc::try_unwrap(v).unwrap_or_default();
+            ([a, b, c], reuse(classes), reuse(aux_classes))
         }
         None => Default::default(),
     };
@@ -55,11 +60,12 @@ pub fn prepare_reusing(
     }
     let [a, b, c] = evals;
     classes.classify_into(&z[1..]);
+    classes.suffix_into(m.num_instance_variables - 1, &mut aux_classes);
     Ok(PartitionInputs {
         a,
         b,
         c,
-        aux_classes: Arc::new(classes.suffix(m.num_instance_variables - 1)),
+        aux_classes: Arc::new(aux_classes),
         classes: Arc::new(classes),
     })
 }
@@ -139,7 +145,6 @@ impl SizeUsize for ark_poly::Radix2EvaluationDomain<Fr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::ScalarClasses;
     use ark_ff::UniformRand;
     use ark_groth16::r1cs_to_qap::evaluate_constraint;
     use rand::{Rng, SeedableRng};
