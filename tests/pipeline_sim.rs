@@ -349,7 +349,9 @@ fn squeeze_on_one_device_falls_back_there_only(#[values(2, 4)] n: usize) {
 fn stress_scenarios_pass_on_several_devices(#[values(1, 2, 4)] n: usize) {
     use twolock::stress;
     let w = workload(Family::Boolean, 6, 4);
-    let scenarios = stress::scenarios(8, 24, 5);
+    // Eight partitions a device, so that device 0's workers overlap (preps pass one at a
+    // time: with fewer, its two workers may run one after the other and never squeeze).
+    let scenarios = stress::scenarios(8 * n, 24, 5);
     let outcomes: Vec<_> = scenarios
         .iter()
         .map(|s| {
