@@ -315,7 +315,8 @@ fn every_bad_design_is_flagged(
 #[rstest]
 fn squeeze_on_one_device_falls_back_there_only(#[values(2, 4)] n: usize) {
     use twolock::prover::timeline::Phase;
-    let w = workload(Family::Boolean, 6, 4 * n);
+    // Four partitions a worker, so that device 0's workers overlap (one set fits alone).
+    let w = workload(Family::Boolean, 6, 12 * n);
     let mut devices = vec![SimDevice::new(capacity(&w, 1.0, AllocStrategy::Pool))];
     devices.extend((1..n).map(|_| SimDevice::new(capacity(&w, 3.0, AllocStrategy::Pool))));
     let run = Pipeline::new(devices, PipelineConfig::default())
