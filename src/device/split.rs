@@ -18,7 +18,7 @@ use crate::Fr;
 /// The scalars equal to one as a bitmap (bit i % 32 of word i / 32 is set iff scalar i
 /// is one), and the others (neither 0 nor 1) as ascending indices with their scalars.
 /// Zeros are in neither. Built only by [`ScalarClasses::classify`] and
-/// [`ScalarClasses::suffix`], so every index is below `len` and no bit past `len` is set.
+/// [`ScalarClasses::suffix_into`], so every index is below `len` and no bit past `len` is set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScalarClasses {
     len: usize,
@@ -59,14 +59,8 @@ impl ScalarClasses {
     }
 
     /// The classes of `scalars[start..]`, re-indexed from `start` (the L query's
-    /// scalars are the aux part), without a rescan of the scalars.
-    pub fn suffix(&self, start: usize) -> ScalarClasses {
-        let mut out = Self::default();
-        self.suffix_into(start, &mut out);
-        out
-    }
-
-    /// [`ScalarClasses::suffix`] into `out`'s vectors, which keep their pages.
+    /// scalars are the aux part), into `out`'s vectors (which keep their pages),
+    /// without a rescan of the scalars.
     pub fn suffix_into(&self, start: usize, out: &mut ScalarClasses) {
         let start = start.min(self.len);
         out.len = self.len - start;
@@ -111,10 +105,6 @@ impl ScalarClasses {
     }
     pub fn ones_count(&self) -> usize {
         self.ones_count
-    }
-    /// The ones' indices, ascending.
-    pub fn ones(&self) -> impl Iterator<Item = usize> + '_ {
-        (self.ones.iter().enumerate()).flat_map(|(w, &word)| set_bits(w, word))
     }
     pub fn other_indices(&self) -> &[u32] {
         &self.other_indices
@@ -183,6 +173,18 @@ mod tests {
     use ark_std::UniformRand;
     use proptest::prelude::*;
     use rand::{Rng, SeedableRng};
+
+    impl ScalarClasses {
+        /// The ones' indices, ascending.
+        fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+            (self.ones.iter().enumerate()).flat_map(|(w, &word)| set_bits(w, word))
+        }
+        fn suffix(&self, start: usize) -> ScalarClasses {
+            let mut out = ScalarClasses::default();
+            self.suffix_into(start, &mut out);
+            out
+        }
+    }
 
     /// n scalars, each 0, 1 or random with the given weights.
     fn mixed(rng: &mut impl Rng, n: usize, weights: [u32; 3]) -> Vec<Fr> {
