@@ -504,32 +504,17 @@ __device__ __forceinline__ void pair_round(affine_t<F>* __restrict__ out, F* __r
     const uint32_t a = (uint32_t)a64;
     const uint32_t b = (uint32_t)min((size_t)total, a64 + T);
     uint32_t k = bucket_of(out_off, K, a);
-    // The gathers are at random addresses and the loop is bound by their latency, so
-    // the next pair's x are loaded before this pair's product: (j, p) is the next slot
-    // with two inputs (j = b when none is left), x1 and x2 its x, already in flight.
-    uint32_t j = a, p = 0;
-    const auto seek = [&]() {
-        for (; j < b; j++) {
-            while (out_off[k + 1] <= j) k++;  // ends below K: j < total
-            p = in_off[k] + 2 * (j - out_off[k]);
-            if (p + 1 < in_off[k + 1]) return;  // else copied: no denominator
-        }
-    };
-    seek();
-    F x1 = F::zero(), x2 = F::zero();
-    if (j < b) x1 = src.x(p), x2 = src.x(p + 1);
     F acc = F::one();
-    while (j < b) {
-        const uint32_t jc = j, pc = p;
-        const F cx1 = x1, cx2 = x2;
-        j++;
-        seek();
-        if (j < b) x1 = src.x(p), x2 = src.x(p + 1);
-        F num, den = cx2 - cx1;
-        if (cx1 == cx2 || cx1.is_zero() || cx2.is_zero()) {
-            if (pair_terms(src(pc), src(pc + 1), num, den) != VIA_LAMBDA) continue;
+    for (uint32_t j = a; j < b; j++) {
+        while (out_off[k + 1] <= j) k++;  // ends below K: j < total
+        const uint32_t p = in_off[k] + 2 * (j - out_off[k]);
+        if (p + 1 >= in_off[k + 1]) continue;  // copied: no denominator
+        const F x1 = src.x(p), x2 = src.x(p + 1);
+        F num, den = x2 - x1;
+        if (x1 == x2 || x1.is_zero() || x2.is_zero()) {
+            if (pair_terms(src(p), src(p + 1), num, den) != VIA_LAMBDA) continue;
         }
-        prefix[(size_t)(jc - a) * S + s] = acc;
+        prefix[(size_t)(j - a) * S + s] = acc;
         acc = acc * den;
     }
     F inv = acc.inverse();  // of the product of every denominator of the slice
