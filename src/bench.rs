@@ -2,7 +2,6 @@
 //! strategy, on the same partitions in one run.
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -60,12 +59,13 @@ pub struct ProveBench {
     pub proofs: Vec<Option<Proof>>,
 }
 
-/// Runs the batch of `w` once per configuration on devices built by `make`; writes the
-/// last configuration's Gantt picture to `gantt`.
+/// Runs the batch of `w` once per configuration on devices built by `make`, each with
+/// `base`'s settings but the configuration's mode and workers; writes the last
+/// configuration's Gantt picture to `gantt`.
 pub fn prove_matrix<D: Device>(
     w: &Workload,
     configs: &[(LockMode, usize, AllocStrategy)],
-    sim_cpu_prep: Duration,
+    base: &PipelineConfig,
     gantt: Option<&Path>,
     mut make: impl FnMut(AllocStrategy) -> Result<Vec<D>, Error>,
 ) -> Result<ProveBench, Error> {
@@ -87,8 +87,7 @@ pub fn prove_matrix<D: Device>(
             PipelineConfig {
                 workers_per_device: workers,
                 mode,
-                sim_cpu_prep,
-                ..Default::default()
+                ..base.clone()
             },
         );
         let run = pipeline.prove_batch(Arc::clone(&batch));

@@ -85,6 +85,39 @@ fn proofs_equal_reference(
     assert_eq!(r.device.uploads(), (6, 6), "(uploads, from lent memory)");
 }
 
+/// The lending budget bounds the page-locked memory a batch borrows: workers past it
+/// prepare on the heap and upload through staging, with the same proofs. Half a
+/// worker's a, b, c over the budget lends nothing more.
+#[rstest]
+fn lending_stops_at_the_budget(#[values(0, 1, 3)] lent_workers: u64) {
+    let w = workload(Family::Boolean, 6, 6);
+    let shape = twolock::prover::prep::shape(&w.matrices).unwrap();
+    let per_worker = 3 * shape.domain_size as u64 * 32;
+    let pc = PipelineConfig {
+        workers_per_device: 3,
+        max_lent_host_bytes: lent_workers * per_worker + per_worker / 2,
+        ..Default::default()
+    };
+    let r = run(
+        &w,
+        capacity(&w, 3.0, AllocStrategy::Pool),
+        FaultPlan::none(),
+        pc,
+    );
+    assert_all_correct(&w, &r);
+    assert_clean(&r);
+    let (uploads, lent) = r.device.uploads();
+    assert_eq!(uploads, 6);
+    match lent_workers {
+        0 => assert_eq!(lent, 0, "a budget under one worker's a, b, c lent some"),
+        3 => assert_eq!(lent, 6, "a budget for every worker left one on the heap"),
+        _ => assert!(
+            0 < lent && lent < 6,
+            "one of three workers lent to: {lent} of 6"
+        ),
+    }
+}
+
 #[test]
 fn every_family_proves_on_two_devices() {
     for family in Family::ALL {

@@ -118,6 +118,28 @@ struct PipelineArgs {
     /// Sim: extra simulated CPU prep time per partition (ms).
     #[arg(long, default_value_t = 0)]
     sim_cpu_ms: u64,
+    /// Page-locked host memory (MiB) the workers may borrow for a, b, c, over all
+    /// devices; workers past it upload through staging. Default: a quarter of the RAM.
+    #[arg(long)]
+    max_lent_mib: Option<u64>,
+}
+
+impl PipelineArgs {
+    /// The pipeline's settings these flags give (mode and workers included).
+    fn config(&self) -> PipelineConfig {
+        let default = PipelineConfig::default();
+        PipelineConfig {
+            workers_per_device: self.workers,
+            mode: self.mode,
+            sim_cpu_prep: Duration::from_millis(self.sim_cpu_ms),
+            max_lent_host_bytes: self
+                .max_lent_mib
+                .map_or(default.max_lent_host_bytes, |mib| {
+                    mib.saturating_mul(1 << 20)
+                }),
+            ..default
+        }
+    }
 }
 
 #[derive(Args)]
@@ -410,16 +432,7 @@ fn run_prove<D: Device>(a: &ProveArgs, w: &Workload, devices: Vec<D>) -> Result<
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let tick = bar.clone();
-    let pipeline = Pipeline::new(
-        devices,
-        PipelineConfig {
-            workers_per_device: a.pipeline.workers,
-            mode: a.pipeline.mode,
-            sim_cpu_prep: Duration::from_millis(a.pipeline.sim_cpu_ms),
-            ..Default::default()
-        },
-    )
-    .with_progress(move || tick.inc(1));
+    let pipeline = Pipeline::new(devices, a.pipeline.config()).with_progress(move || tick.inc(1));
     let batch = w.batch(&RsSource::Seeded(a.workload.seed))?;
     let run = pipeline.prove_batch(batch.clone());
     bar.finish_and_clear();
@@ -643,15 +656,15 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Error> {
             } else {
                 configs
             };
-            let cpu = Duration::from_millis(pipeline.sim_cpu_ms);
+            let base = pipeline.config();
             let bench = match kind {
                 #[cfg(feature = "cuda")]
                 DeviceKind::Cuda => {
-                    twolock::bench::prove_matrix(&w, &configs, cpu, gantt.as_deref(), |s| {
+                    twolock::bench::prove_matrix(&w, &configs, &base, gantt.as_deref(), |s| {
                         cuda_devices(&pipeline, s)
                     })?
                 }
-                _ => twolock::bench::prove_matrix(&w, &configs, cpu, gantt.as_deref(), |s| {
+                _ => twolock::bench::prove_matrix(&w, &configs, &base, gantt.as_deref(), |s| {
                     Ok(sim_devices(&pipeline, s))
                 })?,
             };

@@ -102,6 +102,11 @@ pub struct PipelineConfig {
     /// Simulation knob for benchmarks on SimDevice: extra CPU time added to each
     /// partition's prep, to model a production-sized CPU critical path. Zero by default.
     pub sim_cpu_prep: Duration,
+    /// Page-locked host memory the batch may borrow from its devices for the workers'
+    /// a, b, c (3 · domain · 32 bytes a worker, over all devices). A worker past it
+    /// prepares on the heap and uploads through staging, one copy slower, so that a
+    /// big domain cannot lock most of the host's RAM. Default: a quarter of the RAM.
+    pub max_lent_host_bytes: u64,
     /// Test builds only: run a known-bad lock design.
     #[cfg(any(twolock_loom, feature = "bad-designs"))]
     pub flaw: Option<Flaw>,
@@ -114,10 +119,19 @@ impl Default for PipelineConfig {
             mode: LockMode::Two,
             lock_timeout: Duration::from_secs(600),
             sim_cpu_prep: Duration::ZERO,
+            max_lent_host_bytes: host_ram_bytes().map_or(u64::MAX, |ram| ram / 4),
             #[cfg(any(twolock_loom, feature = "bad-designs"))]
             flaw: None,
         }
     }
+}
+
+/// The host's RAM (Linux: `MemTotal` in /proc/meminfo); None where it cannot be read.
+fn host_ram_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Partitions that share one proving key and constraint system, with their r and s.
@@ -345,8 +359,9 @@ impl<D: Device> Pipeline<D> {
         let mut handles = Vec::new();
         let mut contexts = Vec::new();
         let mut load_errors = Vec::new();
+        let mut lend_budget = self.cfg.max_lent_host_bytes;
         for (index, device) in self.devices.iter().enumerate() {
-            match self.start_device(index, device, &shared) {
+            match self.start_device(index, device, &shared, &mut lend_budget) {
                 Ok((ctx, mut h)) => {
                     contexts.push(ctx);
                     handles.append(&mut h);
@@ -396,6 +411,7 @@ impl<D: Device> Pipeline<D> {
         index: usize,
         device: &Arc<D>,
         shared: &Arc<Shared>,
+        lend_budget: &mut u64,
     ) -> Result<StartedDevice<D>, ProveError> {
         let shape = prep::shape(&shared.batch.matrices)?;
         let key = device.load_key(&shared.batch.pk)?;
@@ -420,17 +436,31 @@ impl<D: Device> Pipeline<D> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Each worker's a, b, c in memory the device lends (page-locked: uploaded with
-        // no host copy), made here so that the batch's ramp-up does not pin it.
+        // no host copy), made here so that the batch's ramp-up does not pin it; as many
+        // workers as the lending budget covers.
+        let per_worker = 3 * shape.domain_size as u64 * 32;
         let mut lent = Vec::with_capacity(streams.len());
-        for _ in &streams {
+        for (who, _) in &streams {
+            if *lend_budget < per_worker {
+                tracing::info!(
+                    worker = %who,
+                    mib = per_worker >> 20,
+                    "page-locked lending budget spent: this worker's a, b, c go through staging"
+                );
+                lent.push(None);
+                continue;
+            }
             let abc = [(); 3].map(|_| device.lend_host(shape.domain_size));
             lent.push(match abc {
-                [Ok(Some(a)), Ok(Some(b)), Ok(Some(c))] => Some(PartitionInputs {
-                    a,
-                    b,
-                    c,
-                    ..PartitionInputs::default()
-                }),
+                [Ok(Some(a)), Ok(Some(b)), Ok(Some(c))] => {
+                    *lend_budget -= per_worker;
+                    Some(PartitionInputs {
+                        a,
+                        b,
+                        c,
+                        ..PartitionInputs::default()
+                    })
+                }
                 abc => {
                     // One that failed fails the device, as a stream would; none to lend
                     // leaves the heap.
@@ -456,5 +486,18 @@ impl<D: Device> Pipeline<D> {
             })
             .collect();
         Ok((dev, handles))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_lending_budget_defaults_to_a_quarter_of_the_ram() {
+        let ram = host_ram_bytes().expect("/proc/meminfo has MemTotal");
+        assert!(ram >= 256 << 20, "MemTotal read as {ram} bytes");
+        assert_eq!(PipelineConfig::default().max_lent_host_bytes, ram / 4);
     }
 }
