@@ -444,7 +444,8 @@ impl<D: Device> Pipeline<D> {
             if *lend_budget < per_worker {
                 tracing::info!(
                     worker = %who,
-                    mib = per_worker >> 20,
+                    bytes = per_worker,
+                    budget_left = *lend_budget,
                     "page-locked lending budget spent: this worker's a, b, c go through staging"
                 );
                 lent.push(None);
