@@ -260,6 +260,48 @@ fn a_fault_at_each_site_is_contained(
     assert_clean(&r);
 }
 
+/// A failed partition, on the device or in the prep, leaves its worker's lent buffers
+/// with the worker: its next partitions still prepare in page-locked memory (on a GPU,
+/// freeing that memory mid-batch stalls the other workers' uploads, and the rest would
+/// take the staging copy).
+#[test]
+fn a_failed_partition_keeps_its_workers_lent_buffers() {
+    let w = workload(Family::Boolean, 5, 4);
+    let pc = PipelineConfig {
+        workers_per_device: 1,
+        ..Default::default()
+    };
+    let fault = Fault::Kernel {
+        stage: Some(Stage::MsmL),
+        nth: 1,
+    };
+    let r = run(
+        &w,
+        capacity(&w, 3.0, AllocStrategy::Pool),
+        FaultPlan::new(vec![fault]),
+        pc.clone(),
+    );
+    let failed: Vec<usize> = (r.run.results.iter().enumerate())
+        .filter_map(|(i, res)| res.is_err().then_some(i))
+        .collect();
+    assert_eq!(failed, vec![1], "the fault fails partition 1 alone");
+    assert_eq!(r.device.uploads(), (4, 4), "(uploads, from lent memory)");
+    assert_clean(&r);
+
+    // The same when the prep rejects the partition (an unsatisfied witness).
+    let mut batch = Arc::try_unwrap(w.batch(&RsSource::Seeded(9)).unwrap()).unwrap();
+    let last = batch.partitions[1].len() - 1;
+    batch.partitions[1][last] += twolock::Fr::from(1u64);
+    let device = SimDevice::new(SimConfig::default());
+    let run = Pipeline::new(vec![device.clone()], pc).prove_batch(Arc::new(batch));
+    assert!(matches!(
+        run.results[1],
+        Err(ProveError::Unsatisfied { .. })
+    ));
+    assert!(run.results.iter().filter(|r| r.is_ok()).count() == 3);
+    assert_eq!(device.uploads(), (3, 3), "(uploads, from lent memory)");
+}
+
 #[test]
 fn an_unsatisfied_witness_is_a_typed_error() {
     let w = workload(Family::Boolean, 5, 2);

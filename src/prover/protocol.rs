@@ -32,13 +32,26 @@ pub(super) fn prove_partition<D: Device>(
     let gate = w.shared.prep_gate.lock();
     t.record(i, w.who, Phase::PrepWait, start);
     let inputs = timed(t, i, w.who, Phase::Prep, || {
-        prep::prepare_reusing(&batch.matrices, &batch.partitions[i], spare.take())
+        prep::prepare_reusing(&batch.matrices, &batch.partitions[i], spare)
     });
     drop(gate);
     let inputs = inputs?;
+    let proof = prove_prepared(w, i, &inputs);
+    // The buffers go on to the worker's next partition even when this one failed.
+    *spare = Some(inputs);
+    proof
+}
+
+/// The device's part under the locks, then B_G2 and the assembly on the CPU.
+fn prove_prepared<D: Device>(
+    w: &Worker<D>,
+    i: usize,
+    inputs: &PartitionInputs,
+) -> Result<Proof, ProveError> {
+    let (batch, t) = (&w.shared.batch, &w.shared.timeline);
     let g1 = match w.shared.cfg.mode {
-        LockMode::Two => two_lock(w, i, &inputs)?,
-        LockMode::Single => single_lock(w, i, &inputs)?,
+        LockMode::Two => two_lock(w, i, inputs)?,
+        LockMode::Single => single_lock(w, i, inputs)?,
     };
     let b_g2 = timed(t, i, w.who, Phase::BG2, || {
         use crate::device::split::{msm_others, msm_split};
@@ -59,11 +72,9 @@ pub(super) fn prove_partition<D: Device>(
         b_g1: g1.b_g1,
         b_g2,
     };
-    let proof = timed(t, i, w.who, Phase::Assemble, || {
+    Ok(timed(t, i, w.who, Phase::Assemble, || {
         reference::assemble(&batch.pk, &msm, r, s)
-    });
-    *spare = Some(inputs);
-    Ok(proof)
+    }))
 }
 
 /// Pre-stage under mem, then compute under compute, handing mem over only once compute
