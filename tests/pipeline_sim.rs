@@ -92,7 +92,7 @@ fn proofs_equal_reference(
 fn lending_stops_at_the_budget(#[values(0, 1, 3)] lent_workers: u64) {
     let w = workload(Family::Boolean, 6, 6);
     let shape = twolock::prover::prep::shape(&w.matrices).unwrap();
-    let per_worker = 3 * shape.domain_size as u64 * 32;
+    let per_worker = (3 * shape.domain_size * std::mem::size_of::<twolock::Fr>()) as u64;
     let pc = PipelineConfig {
         workers_per_device: 3,
         max_lent_host_bytes: lent_workers * per_worker + per_worker / 2,
@@ -298,7 +298,7 @@ fn a_failed_partition_keeps_its_workers_lent_buffers() {
         run.results[1],
         Err(ProveError::Unsatisfied { .. })
     ));
-    assert!(run.results.iter().filter(|r| r.is_ok()).count() == 3);
+    assert_eq!(run.results.iter().filter(|r| r.is_ok()).count(), 3);
     assert_eq!(device.uploads(), (3, 3), "(uploads, from lent memory)");
 }
 

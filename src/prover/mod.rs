@@ -127,11 +127,15 @@ impl Default for PipelineConfig {
 }
 
 /// The host's RAM (Linux: `MemTotal` in /proc/meminfo); None where it cannot be read.
+/// Read once: every `PipelineConfig::default()` asks (a loom model, once an iteration).
 fn host_ram_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    static RAM: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *RAM.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
 }
 
 /// Partitions that share one proving key and constraint system, with their r and s.
@@ -438,7 +442,7 @@ impl<D: Device> Pipeline<D> {
         // Each worker's a, b, c in memory the device lends (page-locked: uploaded with
         // no host copy), made here so that the batch's ramp-up does not pin it; as many
         // workers as the lending budget covers.
-        let per_worker = 3 * shape.domain_size as u64 * 32;
+        let per_worker = (3 * shape.domain_size * std::mem::size_of::<Fr>()) as u64;
         let mut lent = Vec::with_capacity(streams.len());
         for (who, _) in &streams {
             if *lend_budget < per_worker {
