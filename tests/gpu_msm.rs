@@ -489,12 +489,13 @@ fn gpu_msm_batch_affine_rounds() {
 
 #[test]
 fn gpu_msm_explicit_window_plans() {
-    // Widths the planner no longer picks (17, 18) and its cap (16), on a workspace with
-    // the plan forced: a power of two and an odd size, random and boundary digits.
+    // Widths the planner does not pick (17, 18), its cap (16) and its cap from 2^26
+    // scalars (20, here with few entries a bucket), on a workspace with the plan
+    // forced: a power of two and an odd size, random and boundary digits.
     let s = stream();
     let points = bases((1 << 14) + 1, 19);
     let dev = upload(&s, &points);
-    for c in [16u32, 17, 18] {
+    for c in [16u32, 17, 18, 20] {
         let plan = WindowPlan::with_bits(c);
         for n in [1usize << 14, 12_345] {
             let scalars = boundary_and_random(n, c, 190 + u64::from(c));

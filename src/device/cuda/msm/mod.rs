@@ -86,14 +86,19 @@ const SCAN_TILE: usize = 2048;
 /// 384 MiB; c ≥ 4 bounds the window count at [`MAX_WINDOWS`].
 pub const MIN_WINDOW_BITS: u32 = 4;
 pub const MAX_WINDOW_BITS: u32 = 22;
-/// The widest window [`WindowPlan::for_len`] picks. Measured on an H200: moving from
-/// c = 16 (2^21 scalars, 42.7 ms accumulating) to c = 18 (2^22, 163 ms) and c = 20
-/// (2^24, 478 ms) made each bucket addition about 2× slower; with the base prefetch in
-/// `accumulate_sorted` most of that is gone, but c = 16 still beat c = 18 at 2^22
-/// (79.7 against 88.2 ms), so the cost model's saving in additions does not pay. With
-/// two batch-affine rounds it does not either: c = 20 took 148 ms and c = 22 181 ms at
-/// 2^24 against c = 16's 139 ms without rounds (H100, docs/benchmarks.md, session 19).
+/// The widest window [`WindowPlan::for_len`] picks below [`WIDE_WINDOW_MIN_LEN`].
+/// Measured on an H200: moving from c = 16 (2^21 scalars, 42.7 ms accumulating) to
+/// c = 18 (2^22, 163 ms) and c = 20 (2^24, 478 ms) made each bucket addition about 2×
+/// slower; with the base prefetch in `accumulate_sorted` most of that is gone, but
+/// c = 16 still beat c = 18 at 2^22 (79.7 against 88.2 ms). With two batch-affine
+/// rounds at 2^24 c = 16 and c = 18 tie (128.5 and 129.1 ms) and c = 20 loses (147.2):
+/// a bucket of ~32 entries leaves the rounds too little to pair (H100, session 24).
 pub const MAX_PLANNED_WINDOW_BITS: u32 = 16;
+/// From this many scalars the planner may pick up to [`WIDE_PLANNED_WINDOW_BITS`]: at
+/// 2^26 a c = 20 bucket holds ~128 entries, and c = 20 with two rounds took 459 ms
+/// against c = 16's 516 ms in the same run (H100, docs/benchmarks.md, session 24).
+pub const WIDE_WINDOW_MIN_LEN: usize = 1 << 26;
+pub const WIDE_PLANNED_WINDOW_BITS: u32 = 20;
 pub const MAX_WINDOWS: usize = 64;
 /// Most accumulation slices (threads of `accumulate_sorted`); a workspace uses as many
 /// as are resident on its GPU, up to this.

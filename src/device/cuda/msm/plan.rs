@@ -27,13 +27,19 @@ impl WindowPlan {
         }
         Ok(WindowPlan::with_bits(c))
     }
-    /// The c ≤ [`MAX_PLANNED_WINDOW_BITS`] minimising W(c)·(10·n + 14·2^c): a mixed
-    /// addition (10 multiplications) per digit, two full additions (14 each) per bucket
-    /// in the reduction.
+    /// The c minimising W(c)·(10·n + 14·2^c), a mixed addition (10 multiplications) per
+    /// digit and two full additions (14 each) per bucket in the reduction, up to a
+    /// measured cap: [`MAX_PLANNED_WINDOW_BITS`], or [`WIDE_PLANNED_WINDOW_BITS`] from
+    /// [`WIDE_WINDOW_MIN_LEN`] scalars up.
     pub fn for_len(n: usize) -> WindowPlan {
+        let cap = if n >= WIDE_WINDOW_MIN_LEN {
+            WIDE_PLANNED_WINDOW_BITS
+        } else {
+            MAX_PLANNED_WINDOW_BITS
+        };
         let cost = |c: u32| u128::from(256u32.div_ceil(c)) * (10 * n as u128 + (14u128 << c));
-        let best = (MIN_WINDOW_BITS..=MAX_PLANNED_WINDOW_BITS).min_by_key(|&c| (cost(c), c));
-        WindowPlan::with_bits(best.unwrap_or(MAX_PLANNED_WINDOW_BITS))
+        let best = (MIN_WINDOW_BITS..=cap).min_by_key(|&c| (cost(c), c));
+        WindowPlan::with_bits(best.unwrap_or(cap))
     }
     /// Buckets per window: digit magnitudes 1..=2^(c−1).
     pub fn buckets(&self) -> usize {
@@ -111,10 +117,13 @@ mod tests {
             );
             assert!(p.windows as usize <= MAX_WINDOWS);
         }
-        // Capped at MAX_PLANNED_WINDOW_BITS from 2^20 up (the model alone picks 18 at
-        // 2^22 and 20 at 2^24).
-        for log in [20, 22, 24, 28] {
-            assert_eq!(WindowPlan::for_len(1 << log).c, MAX_PLANNED_WINDOW_BITS);
+        // Capped at MAX_PLANNED_WINDOW_BITS from 2^20 to just below 2^26 (the model
+        // alone picks 18 at 2^22 and 20 at 2^24), at WIDE_PLANNED_WINDOW_BITS from there.
+        for n in [1 << 20, 1 << 22, 1 << 24, (1 << 26) - 1] {
+            assert_eq!(WindowPlan::for_len(n).c, MAX_PLANNED_WINDOW_BITS, "{n}");
+        }
+        for log in [26, 27, 28] {
+            assert_eq!(WindowPlan::for_len(1 << log).c, WIDE_PLANNED_WINDOW_BITS);
         }
         assert!(WindowPlan::for_len(1 << 16).c < WindowPlan::for_len(1 << 22).c);
         assert!(WindowPlan::checked(MIN_WINDOW_BITS - 1).is_err());
