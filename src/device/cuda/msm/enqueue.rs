@@ -76,7 +76,10 @@ pub(super) unsafe fn enqueue_digits(
 }
 
 /// (b) Counting sort of the digits of wc windows into offsets[0..=keys] and the sorted
-/// entries; `sc.counts` ends as the cursor. `base_index` 0 is the identity map.
+/// entries; `sc.counts` ends as the cursor. `base_index` 0 is the identity map. An
+/// instrumented run times its three steps apart (`clock`): the count, the scan and the
+/// scatter.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn enqueue_sort(
     gpu: &Gpu,
     s: &Stream,
@@ -85,6 +88,7 @@ pub(super) unsafe fn enqueue_sort(
     n: usize,
     c: u32,
     wc: u32,
+    clock: &mut Option<&mut Clock>,
 ) -> Result<(), CudaError> {
     let keys = wc as usize * (1usize << (c - 1));
     let n32 = u32_of(n)?;
@@ -99,11 +103,14 @@ pub(super) unsafe fn enqueue_sort(
     unsafe { zero(gpu, s, counts, keys * 4) }?;
     // msm_bucket_count(u32* counts, const u32* digits, u32 n, u32 c); grid.y = window
     launch!(gpu, s, kernel::BUCKET_COUNT, cfg_2d(n, wc, LIGHT_BLOCK)?; counts, digits, n32, c)?;
+    mark(gpu, s, clock, "sort: count")?;
     // SAFETY: `offsets` holds keys + 1 u32; counts becomes the scatter's cursor.
     unsafe { enqueue_scan(gpu, s, sc, offsets, keys) }?;
+    mark(gpu, s, clock, "sort: scan")?;
     // msm_bucket_scatter(u32* sorted, u32* cursor, const u32* digits, const u32* base_index,
     //                    u32 n, u32 c); grid.y = window
-    launch!(gpu, s, kernel::BUCKET_SCATTER, cfg_2d(n, wc, LIGHT_BLOCK)?; sorted, counts, digits, base_index, n32, c)
+    launch!(gpu, s, kernel::BUCKET_SCATTER, cfg_2d(n, wc, LIGHT_BLOCK)?; sorted, counts, digits, base_index, n32, c)?;
+    mark(gpu, s, clock, "sort: scatter")
 }
 
 /// offsets[0..=keys] = the exclusive prefix sums of `sc.counts[0..keys]`, which become
@@ -391,8 +398,7 @@ pub(super) unsafe fn enqueue_pippenger(
         unsafe {
             enqueue_digits(gpu, s, sc, n, plan.c, w0, wc)?;
             mark(gpu, s, &mut clock, "digits")?;
-            enqueue_sort(gpu, s, sc, base_index, n, plan.c, wc)?;
-            mark(gpu, s, &mut clock, "sort")?;
+            enqueue_sort(gpu, s, sc, base_index, n, plan.c, wc, &mut clock)?;
             let keys = wc as usize * plan.buckets();
             match ws
                 .affine

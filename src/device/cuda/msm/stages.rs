@@ -115,7 +115,7 @@ pub fn bucket_sort(
         .transpose()?;
     let idx = index.map_or(0, |()| ws.scratch.index);
     // SAFETY: the workspace is sized for wc windows of n digits.
-    unsafe { enqueue_sort(gpu, s, &ws.scratch, idx, n, c, wc) }?;
+    unsafe { enqueue_sort(gpu, s, &ws.scratch, idx, n, c, wc, &mut None) }?;
     let offsets: Vec<u32> = get(gpu, s, ws.scratch.offsets, keys + 1)?;
     let total = (offsets[keys] as usize).min(digits.len());
     Ok(Sorted {
